@@ -1,0 +1,43 @@
+"""bi_props: a Hypothesis property-based differential tester for batch-invariant inference kernels.
+
+The public API is re-exported here lazily, so that a worker process (which must import nothing from
+Hypothesis or pytest) and the pytest plugin (which must stay cheap) pay only for what they use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "Case": "bi_props.case",
+    "Batch": "bi_props.case",
+    "Companion": "bi_props.case",
+    "OPS": "bi_props.catalogue",
+    "OpInfo": "bi_props.catalogue",
+    "PROPERTIES": "bi_props.strategies",
+    "cases": "bi_props.strategies",
+    "Space": "bi_props.space",
+    "SpaceError": "bi_props.space",
+    "load_space": "bi_props.space",
+    "Runner": "bi_props.runner.controller",
+    "WorkerCrash": "bi_props.runner.controller",
+    "WorkerHang": "bi_props.runner.controller",
+    "Session": "bi_props.session",
+    "Finding": "bi_props.session",
+    "PropertyFailed": "bi_props.session",
+}
+
+__all__ = [*_EXPORTS, "__version__"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'bi_props' has no attribute {name!r}")
+    attr = "load" if name == "load_space" else name
+    value = getattr(importlib.import_module(module), attr)
+    globals()[name] = value
+    return value

@@ -1,0 +1,98 @@
+"""The Case: what one example asks a worker to run.
+
+A case never holds tensors. It holds shapes, dtype, layouts, a value class and integer seeds, and the
+worker materialises the tensors from them deterministically. So a case is cheap to draw and shrink,
+picklable, and its ``repr`` is a line of Python that can be pasted into a reproducer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+DTYPES = ("float32", "bfloat16", "float16")
+LAYOUTS = ("contiguous", "transposed", "offset", "strided")
+VALUE_CLASSES = ("exact", "general", "wide", "special")
+SWITCH_STATES = ("enabled", "disabled")
+
+
+@dataclass(frozen=True)
+class Companion:
+    """Another sample sharing the batch: its own seed and its own extent along the batch axis."""
+
+    seed: int
+    rows: int
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Where the needle sits in a batch of ``1 + len(companions)`` samples."""
+
+    position: int
+    companions: tuple[Companion, ...]
+
+    @property
+    def size(self) -> int:
+        return 1 + len(self.companions)
+
+    def samples(self, needle_seed: int, needle_rows: int) -> list[tuple[int, int]]:
+        """(seed, rows) of every sample in batch order, the needle at ``position``."""
+        order = [(c.seed, c.rows) for c in self.companions]
+        order.insert(self.position, (needle_seed, needle_rows))
+        return order
+
+    def needle_offset(self, needle_rows: int) -> int:
+        """Index of the needle's first row along the batch axis."""
+        return sum(c.rows for c in self.companions[: self.position])
+
+
+@dataclass(frozen=True)
+class Case:
+    """One example for one catalogue op.
+
+    ``shape`` is op-specific and documented by the op's catalogue entry (for mm: ``(m, k, n)``);
+    the first entry is always the extent along the batch axis. ``options`` carries the op's keyword
+    choices (``dim``, ``keepdim``, ``beta``...). ``layouts`` has one entry per tensor operand.
+    """
+
+    op: str
+    entry: str
+    dtype: str
+    shape: tuple[int, ...]
+    layouts: tuple[str, ...]
+    values: str
+    seed: int
+    options: Mapping[str, Any] = field(default_factory=dict)
+    batch: Batch | None = None
+
+    def __post_init__(self) -> None:
+        # Freeze options as sorted pairs so that equal cases compare and hash equal.
+        items = self.options.items() if isinstance(self.options, Mapping) else self.options
+        object.__setattr__(self, "options", tuple(sorted(items)))
+
+    def opt(self, name: str, default: Any = None) -> Any:
+        return dict(self.options).get(name, default)
+
+    def with_batch(self, batch: Batch | None) -> Case:
+        return replace(self, batch=batch, options=dict(self.options))
+
+    def __repr__(self) -> str:
+        parts = [
+            f"op={self.op!r}",
+            f"entry={self.entry!r}",
+            f"dtype={self.dtype!r}",
+            f"shape={self.shape!r}",
+            f"layouts={self.layouts!r}",
+            f"values={self.values!r}",
+            f"seed={self.seed!r}",
+        ]
+        if self.options:
+            parts.append(f"options={dict(self.options)!r}")
+        if self.batch is not None:
+            parts.append(f"batch={self.batch!r}")
+        return f"Case({', '.join(parts)})"
+
+    def __hash__(self) -> int:
+        return hash((self.op, self.entry, self.dtype, self.shape, self.layouts, self.values,
+                     self.seed, self.options, self.batch))

@@ -1,0 +1,705 @@
+"""The op catalogue, as data (PyTorch's OpInfo idea, much leaner).
+
+Each ``OpInfo`` says: which entry points exist, what a case's ``shape`` means, which operands are
+per-sample (they get a batch axis and the sample's own seed) and which are shared (weights), how to
+call an entry point, what the CPU float64 reference is, and when bit-exact comparison is sound.
+
+Importing this module imports neither torch nor Hypothesis: the controller and the strategies read
+the data; only the worker calls ``call`` (which imports torch lazily). References are numpy float64,
+so no switched-on kernel can ever compute its own reference.
+
+Names (``OPS``) are stable: reports, known-failure files and third-party targets use them.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .case import Case
+from .compare import exact_integer_limit, smallest_subnormal, unit_roundoff
+
+U32 = unit_roundoff("float32")
+
+
+@dataclass(frozen=True)
+class Operand:
+    """One tensor argument: per-sample (``batch_axis`` set) or shared by the whole batch."""
+
+    name: str
+    batch_axis: int | None
+
+
+@dataclass(frozen=True)
+class Reference:
+    """Expected value of one output: float64 ``value``, and ``tolerance`` (None means bitwise)."""
+
+    value: np.ndarray
+    tolerance: np.ndarray | None
+    dtype: str
+
+
+@dataclass(frozen=True)
+class OpInfo:
+    name: str
+    entries: tuple[str, ...]
+    shape_doc: str
+    operands: Callable[[Case], tuple[Operand, ...]]
+    operand_shapes: Callable[[Case, int], tuple[tuple[int, ...], ...]]
+    call: Callable[[str, Sequence[Any], Case, Sequence[int]], Any]
+    reference: Callable[[Sequence[np.ndarray], Case, Sequence[int]], tuple[Reference, ...]]
+    exact_amplitude: Callable[[Case], int]
+    """Largest integer magnitude for the ``exact`` value class (0: exactness is never sound)."""
+    batchable: Callable[[Case], bool] = lambda case: True
+    """Whether 'row alone == row in a batch' is meaningful for this case (not for full reductions)."""
+    output_batch_axes: tuple[int, ...] = (0,)
+    notes: str = ""
+    option_choices: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+
+
+def out_dtype(case: Case) -> str:
+    return case.opt("dtype") or case.dtype
+
+
+def _bounded_amplitude(terms: int, dtype: str, scale: float = 1.0) -> int:
+    """Largest integer a with ``terms * a * a * scale`` within the dtype's exact-integer range.
+
+    Then every partial sum of products of integers in [-a, a] is an integer of magnitude at most
+    ``terms * a * a``: exact in float32 accumulation and representable in the output dtype, so the
+    summation order cannot change a single bit.
+    """
+    limit = exact_integer_limit(dtype)
+    if terms == 0:
+        return 8
+    a = math.isqrt(int(limit / (max(terms, 1) * scale)))
+    return min(a, 8)
+
+
+def _u(dtype: str) -> float:
+    """Unit roundoff of a kernel's internals: float32 at least; a 16-bit output may also be
+    computed in its own precision (stock CPU kernels do, e.g. rms_norm in bf16)."""
+    return max(U32, unit_roundoff(dtype))
+
+
+def _gamma(n: int, u: float = U32) -> float:
+    """Higham's gamma_n = n u / (1 - n u): the relative error bound of n chained roundings."""
+    nu = n * u
+    return nu / (1 - nu) if nu < 1 else math.inf
+
+
+def _output_rounding(
+    value: np.ndarray, computed_error: np.ndarray, dtype: str, magnitude: Any = None
+) -> np.ndarray:
+    """The stated bound: ``computed_error`` (float32 internals), the final rounding to ``dtype``
+    (u |value|), and up to two intermediate roundings in the output dtype, as stock kernels do
+    (a 16-bit product rounded before a bias is added, an exp stored in bf16): 2 u ``magnitude``,
+    where ``magnitude`` bounds the intermediate (the sum of absolute terms; |value| if None)."""
+    u = unit_roundoff(dtype)
+    magnitude = np.abs(value) if magnitude is None else magnitude
+    intermediate = 2 * u * magnitude if dtype not in ("float32", "float64") else 0.0
+    return (1 + u) * computed_error + u * np.abs(value) + intermediate + smallest_subnormal(dtype)
+
+
+# ---------------------------------------------------------------------------------------------
+# Matrix products
+
+
+def _product_reference(a: np.ndarray, b: np.ndarray, k: int, dtype: str) -> Reference:
+    """A product summed in float32 in any order is within gamma_k * (|A| @ |B|) of the truth."""
+    with np.errstate(all="ignore"):
+        value = a @ b
+        magnitude = np.abs(a) @ np.abs(b)
+    return Reference(value, _output_rounding(value, _gamma(k, _u(dtype)) * magnitude, dtype, magnitude), dtype)
+
+
+def _mm_shapes(case: Case, rows: int) -> tuple[tuple[int, ...], ...]:
+    _, k, n = case.shape
+    return ((rows, k), (k, n))
+
+
+def _mm_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]) -> Any:
+    import torch
+
+    a, b = args
+    return a.mm(b) if entry == "Tensor.mm" else torch.mm(a, b)
+
+
+def _mm_reference(x: Sequence[np.ndarray], case: Case, lengths: Sequence[int]):
+    return (_product_reference(x[0], x[1], case.shape[1], out_dtype(case)),)
+
+
+MATMUL_FORMS = ("2d", "batched", "broadcast", "vector")
+
+
+def _matmul_operands(case: Case) -> tuple[Operand, ...]:
+    form = case.opt("form", "2d")
+    shared_rhs = form in ("2d", "broadcast", "vector")
+    return (Operand("input", 0), Operand("other", None if shared_rhs else 0))
+
+
+def _matmul_shapes(case: Case, rows: int) -> tuple[tuple[int, ...], ...]:
+    form = case.opt("form", "2d")
+    if form == "2d":
+        _, k, n = case.shape
+        return ((rows, k), (k, n))
+    if form == "vector":
+        _, k = case.shape
+        return ((rows, k), (k,))
+    _, m, k, n = case.shape
+    if form == "batched":
+        return ((rows, m, k), (rows, k, n))
+    return ((rows, m, k), (k, n))
+
+
+def _matmul_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]) -> Any:
+    import torch
+
+    a, b = args
+    return a @ b if entry == "operator.matmul" else torch.matmul(a, b)
+
+
+def _matmul_reference(x: Sequence[np.ndarray], case: Case, lengths: Sequence[int]):
+    form = case.opt("form", "2d")
+    k = case.shape[1] if form in ("2d", "vector") else case.shape[2]
+    return (_product_reference(x[0], x[1], k, out_dtype(case)),)
+
+
+def _matmul_amplitude(case: Case) -> int:
+    form = case.opt("form", "2d")
+    k = case.shape[1] if form in ("2d", "vector") else case.shape[2]
+    return _bounded_amplitude(k, out_dtype(case))
+
+
+def _bmm_shapes(case: Case, rows: int) -> tuple[tuple[int, ...], ...]:
+    _, m, k, n = case.shape
+    return ((rows, m, k), (rows, k, n))
+
+
+def _bmm_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]) -> Any:
+    import torch
+
+    return torch.bmm(*args)
+
+
+def _bmm_reference(x: Sequence[np.ndarray], case: Case, lengths: Sequence[int]):
+    return (_product_reference(x[0], x[1], case.shape[2], out_dtype(case)),)
+
+
+def _addmm_operands(case: Case) -> tuple[Operand, ...]:
+    bias_axis = 0 if case.opt("bias", "vector") == "matrix" else None
+    return (Operand("self", bias_axis), Operand("mat1", 0), Operand("mat2", None))
+
+
+def _addmm_shapes(case: Case, rows: int) -> tuple[tuple[int, ...], ...]:
+    _, k, n = case.shape
+    bias = (rows, n) if case.opt("bias", "vector") == "matrix" else (n,)
+    return (bias, (rows, k), (k, n))
+
+
+def _addmm_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]) -> Any:
+    import torch
+
+    c, a, b = args
+    return torch.addmm(c, a, b, beta=case.opt("beta", 1), alpha=case.opt("alpha", 1))
+
+
+def _addmm_reference(x: Sequence[np.ndarray], case: Case, lengths: Sequence[int]):
+    """beta*C + alpha*(A@B): beta and alpha are drawn as powers of two (or 0), so scaling is exact."""
+    c, a, b = x
+    beta, alpha = case.opt("beta", 1), case.opt("alpha", 1)
+    k, dtype = case.shape[1], out_dtype(case)
+    with np.errstate(all="ignore"):
+        product = a @ b
+        c_term = beta * c if beta != 0 else np.zeros_like(product)
+        value = c_term + alpha * product
+        magnitude = np.abs(c_term) + abs(alpha) * (np.abs(a) @ np.abs(b))
+    bound = _output_rounding(value, _gamma(k + 1, _u(dtype)) * magnitude, dtype, magnitude)
+    return (Reference(value, bound, dtype),)
+
+
+def _addmm_amplitude(case: Case) -> int:
+    k = case.shape[1]
+    scale = abs(case.opt("alpha", 1)) + abs(case.opt("beta", 1))
+    # A power-of-two alpha of 0.5 could make an odd integer sum a half-integer: still exact in
+    # binary floating point, so only the magnitude matters.
+    return _bounded_amplitude(k + 1, out_dtype(case), scale)
+
+
+def _linear_operands(case: Case) -> tuple[Operand, ...]:
+    ops = (Operand("input", 0), Operand("weight", None))
+    return (*ops, Operand("bias", None)) if case.opt("bias", True) else ops
+
+
+def _linear_shapes(case: Case, rows: int) -> tuple[tuple[int, ...], ...]:
+    if case.opt("form", "2d") == "3d":
+        _, s, k, n = case.shape
+        x = (rows, s, k)
+    else:
+        _, k, n = case.shape
+        x = (rows, k)
+    shapes: tuple[tuple[int, ...], ...] = (x, (n, k))
+    return (*shapes, (n,)) if case.opt("bias", True) else shapes
+
+
+def _linear_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]) -> Any:
+    import torch
+
+    return torch.nn.functional.linear(*args)
+
+
+def _linear_reference(x: Sequence[np.ndarray], case: Case, lengths: Sequence[int]):
+    k, dtype = case.shape[-2], out_dtype(case)
+    with np.errstate(all="ignore"):
+        value = x[0] @ x[1].T
+        magnitude = np.abs(x[0]) @ np.abs(x[1]).T
+        if len(x) == 3:
+            value = value + x[2]
+            magnitude = magnitude + np.abs(x[2])
+    bound = _output_rounding(value, _gamma(k + 1, _u(dtype)) * magnitude, dtype, magnitude)
+    return (Reference(value, bound, dtype),)
+
+
+def _linear_amplitude(case: Case) -> int:
+    return _bounded_amplitude(case.shape[-2] + 1, out_dtype(case))
+
+
+# ---------------------------------------------------------------------------------------------
+# Reductions
+
+
+def _dims(case: Case) -> tuple[int, ...]:
+    """The reduced dimensions, normalised and sorted (all of them when ``dim`` is None)."""
+    rank = len(case.shape)
+    dim = case.opt("dim")
+    if dim is None:
+        return tuple(range(rank))
+    dims = (dim,) if isinstance(dim, int) else tuple(dim)
+    return tuple(sorted(d % rank for d in dims)) if dims else tuple(range(rank))
+
+
+def _reduced_count(case: Case) -> int:
+    return math.prod(case.shape[d] for d in _dims(case))
+
+
+def _x_operand(case: Case) -> tuple[Operand, ...]:
+    return (Operand("input", 0),)
+
+
+def _x_shape(case: Case, rows: int) -> tuple[tuple[int, ...], ...]:
+    return ((rows, *case.shape[1:]),)
+
+
+def _reduction_kwargs(case: Case) -> dict[str, Any]:
+    import torch
+
+    kwargs: dict[str, Any] = {}
+    if case.opt("dim") is not None:
+        kwargs["dim"] = case.opt("dim")
+        kwargs["keepdim"] = case.opt("keepdim", False)
+    if case.opt("dtype") is not None:
+        kwargs["dtype"] = getattr(torch, case.opt("dtype"))
+    return kwargs
+
+
+def _reduce_call(name: str) -> Callable[[str, Sequence[Any], Case, Sequence[int]], Any]:
+    def call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]) -> Any:
+        import torch
+
+        (x,) = args
+        kwargs = _reduction_kwargs(case)
+        if entry.startswith("Tensor."):
+            return getattr(x, name)(**kwargs)
+        return getattr(torch, name)(x, **kwargs)
+
+    return call
+
+
+def _reduce_reference(mean: bool):
+    def reference(x: Sequence[np.ndarray], case: Case, lengths: Sequence[int]):
+        """A sum of n terms accumulated in float32 in any order: within gamma_n * sum |x|."""
+        dims = _dims(case)
+        keep = bool(case.opt("keepdim", False)) and case.opt("dim") is not None
+        n, dtype = _reduced_count(case), out_dtype(case)
+        with np.errstate(all="ignore"):
+            value = np.sum(x[0], axis=dims, keepdims=keep)
+            magnitude = np.sum(np.abs(x[0]), axis=dims, keepdims=keep)
+            error = _gamma(n, _u(dtype)) * magnitude
+            if mean:
+                value = value / n if n else np.full_like(value, np.nan)
+                # One more rounding for the division (or for a reciprocal multiply: two).
+                error = error / max(n, 1) + 2 * _u(dtype) * np.abs(value)
+        bound = _output_rounding(value, error, dtype, magnitude / max(n, 1) if mean else magnitude)
+        return (Reference(np.asarray(value), bound, dtype),)
+
+    return reference
+
+
+def _reduction_batchable(case: Case) -> bool:
+    return case.opt("dim") is not None and 0 not in _dims(case) and len(case.shape) > 1
+
+
+def _sum_amplitude(case: Case) -> int:
+    return min(8, exact_integer_limit(out_dtype(case)) // max(_reduced_count(case), 1))
+
+
+def _mean_amplitude(case: Case) -> int:
+    """Exact only when the count is a power of two: then the division is exact too."""
+    n = _reduced_count(case)
+    if n == 0 or n & (n - 1):
+        return 0
+    return _sum_amplitude(case)
+
+
+# ---------------------------------------------------------------------------------------------
+# Softmax family
+
+
+def _softmax_call(name: str) -> Callable[[str, Sequence[Any], Case, Sequence[int]], Any]:
+    def call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]) -> Any:
+        import torch
+
+        (x,) = args
+        dim = case.opt("dim", -1)
+        dtype = getattr(torch, case.opt("dtype")) if case.opt("dtype") else None
+        if entry.startswith("Tensor."):
+            return getattr(x, name)(dim, dtype=dtype)
+        if entry.startswith("F."):
+            return getattr(torch.nn.functional, name)(x, dim=dim, dtype=dtype)
+        return getattr(torch, name)(x, dim, dtype=dtype)
+
+    return call
+
+
+def _softmax_reference(log: bool):
+    def reference(x: Sequence[np.ndarray], case: Case, lengths: Sequence[int]):
+        """Computed in float32: x - max (one rounding each), exp (a few ulp), a sum of n terms,
+        one division or log. Hence, with R = max |x - max| and n the row length:
+        softmax relative error <= u (2R + n + 8); log_softmax absolute error <= u (2R + n + 8)
+        + u |log_softmax|."""
+        dim, dtype = case.opt("dim", -1), out_dtype(case)
+        v = x[0]
+        n = v.shape[dim] if v.ndim else 1
+        with np.errstate(all="ignore"):
+            m = np.max(v, axis=dim, keepdims=True) if v.size else v
+            shifted = v - m
+            e = np.exp(shifted)
+            s = np.sum(e, axis=dim, keepdims=True)
+            spread = np.max(np.abs(shifted), axis=dim, keepdims=True) if v.size else shifted
+            slack = _u(dtype) * (2 * spread + n + 8)
+            if log:
+                value = shifted - np.log(s)
+                error = slack + _u(dtype) * np.abs(value)
+                magnitude = np.abs(shifted) + np.abs(np.log(s))
+            else:
+                value = e / s
+                error = slack * value
+                magnitude = value
+        return (Reference(value, _output_rounding(value, error, dtype, magnitude), dtype),)
+
+    return reference
+
+
+def _softmax_batchable(case: Case) -> bool:
+    return len(case.shape) > 1 and case.opt("dim", -1) % len(case.shape) != 0
+
+
+# ---------------------------------------------------------------------------------------------
+# Normalisation
+
+
+def _rms_norm_operands(case: Case) -> tuple[Operand, ...]:
+    return (Operand("input", 0), Operand("weight", None))
+
+
+def _rms_norm_shapes(case: Case, rows: int) -> tuple[tuple[int, ...], ...]:
+    _, h = case.shape
+    return ((rows, h), (h,))
+
+
+def _eps(case: Case) -> float:
+    eps = case.opt("eps")
+    if eps is not None:
+        return float(eps)
+    return {"float32": 2.0**-23, "bfloat16": 2.0**-7, "float16": 2.0**-10}[case.dtype]
+
+
+def _rms_norm_value(x: np.ndarray, w: np.ndarray, eps: float, dtype: str) -> Reference:
+    """mean of squares (h terms), + eps, sqrt, divide, times weight, all in float32:
+    relative error <= gamma_{h + 6} on each output (sqrt halves the error of its argument)."""
+    h = x.shape[-1]
+    with np.errstate(all="ignore"):
+        ms = np.mean(x * x, axis=-1, keepdims=True)
+        value = x / np.sqrt(ms + eps) * w
+        error = _gamma(h + 6, _u(dtype)) * np.abs(value)
+    return Reference(value, _output_rounding(value, error, dtype), dtype)
+
+
+def _rms_norm_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]) -> Any:
+    import torch
+
+    x, w = args
+    return torch.nn.functional.rms_norm(x, (x.shape[-1],), w, eps=case.opt("eps"))
+
+
+def _rms_norm_reference(x: Sequence[np.ndarray], case: Case, lengths: Sequence[int]):
+    return (_rms_norm_value(x[0], x[1], _eps(case), case.dtype),)
+
+
+def _add_rms_norm_operands(case: Case) -> tuple[Operand, ...]:
+    return (Operand("x", 0), Operand("residual", 0), Operand("weight", None))
+
+
+def _add_rms_norm_shapes(case: Case, rows: int) -> tuple[tuple[int, ...], ...]:
+    _, h = case.shape
+    return ((rows, h), (rows, h), (h,))
+
+
+def _add_rms_norm_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]) -> Any:
+    import importlib
+
+    module_name, _, attr = entry.rpartition(".")
+    function = getattr(importlib.import_module(module_name), attr)  # looked up now: swaps show
+    x, residual, weight = args
+    y, *rest = function(x, residual, weight, _eps(case))
+    # Upstream variants return (y, rstd, x + residual) or (y, x + residual): keep y and the sum.
+    return (y, rest[-1])
+
+
+def _add_rms_norm_reference(x: Sequence[np.ndarray], case: Case, lengths: Sequence[int]):
+    """The residual output x + residual is one rounding of an exact sum: bitwise on exact inputs,
+    within one rounding otherwise. y is rms_norm of the *rounded* sum, as every kernel computes it."""
+    from .compare import bits_to_float64, round_to_bits
+
+    dtype = case.dtype
+    total = x[0] + x[1]
+    rounded = bits_to_float64(round_to_bits(total, dtype), dtype)
+    resid_tol = None if case.values == "exact" else unit_roundoff(dtype) * np.abs(total)
+    return (
+        _rms_norm_value(rounded, x[2], _eps(case), dtype),
+        Reference(total, resid_tol, dtype),
+    )
+
+
+def _add_rms_norm_amplitude(case: Case) -> int:
+    """Only the residual output can be exact; y involves sqrt and division."""
+    return 8
+
+
+# ---------------------------------------------------------------------------------------------
+# Attention over packed variable-length sequences
+
+
+def _attention_operands(case: Case) -> tuple[Operand, ...]:
+    return (Operand("q", 0), Operand("k", 0), Operand("v", 0))
+
+
+def _attention_shapes(case: Case, rows: int) -> tuple[tuple[int, ...], ...]:
+    _, heads, kv_heads, head_dim = case.shape
+    return ((rows, heads, head_dim), (rows, kv_heads, head_dim), (rows, kv_heads, head_dim))
+
+
+def _attention_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]) -> Any:
+    import importlib
+
+    import torch
+
+    module_name, _, attr = entry.rpartition(".")
+    function = getattr(importlib.import_module(module_name), attr)
+    q, k, v = args
+    cu = torch.tensor([0, *np.cumsum(lengths).tolist()], dtype=torch.int64)
+    return function(q, k, v, cu, 1.0 / math.sqrt(case.shape[3]), True)
+
+
+def _attention_reference(x: Sequence[np.ndarray], case: Case, lengths: Sequence[int]):
+    """Causal attention per sequence. The scores carry gamma_D * scale * sum|q||k| of error; softmax
+    turns a score error d into a relative weight error of about 2d, and the weighted sum of L values
+    adds gamma_L; all relative to sum_j p_j |v_j|."""
+    q, k, v = x
+    _, heads, kv_heads, head_dim = case.shape
+    scale = 1.0 / math.sqrt(head_dim)
+    group = heads // kv_heads
+    value = np.zeros_like(q)
+    error = np.zeros_like(q)
+    magnitude = np.zeros_like(q)
+    start = 0
+    for length in lengths:
+        sl = slice(start, start + length)
+        start += length
+        if length == 0:
+            continue
+        qs, ks, vs = q[sl], np.repeat(k[sl], group, axis=1), np.repeat(v[sl], group, axis=1)
+        with np.errstate(all="ignore"):
+            scores = np.einsum("ihd,jhd->hij", qs, ks) * scale
+            score_mag = np.einsum("ihd,jhd->hij", np.abs(qs), np.abs(ks)) * scale
+            mask = np.triu(np.ones((length, length), dtype=bool), 1)
+            scores = np.where(mask, -np.inf, scores)
+            m = scores.max(-1, keepdims=True)
+            p = np.exp(scores - m)
+            p = p / p.sum(-1, keepdims=True)
+            out = np.einsum("hij,jhd->ihd", p, vs)
+            weighted = np.einsum("hij,jhd->ihd", p, np.abs(vs))
+            d = _gamma(head_dim + 2, _u(case.dtype)) * np.where(mask, 0, score_mag).max(-1)  # (h, i)
+            spread = np.where(mask, 0, np.abs(scores - m)).max(-1)
+            rel = 2 * d + _u(case.dtype) * (2 * spread + length + head_dim + 8)
+            value[sl] = out
+            error[sl] = rel.T[:, :, None] * weighted
+            magnitude[sl] = weighted
+    bound = _output_rounding(value, error, case.dtype, magnitude)
+    return (Reference(value, bound, case.dtype),)
+
+
+def _never_exact(case: Case) -> int:
+    return 0
+
+
+OPS: dict[str, OpInfo] = {
+    op.name: op
+    for op in (
+        OpInfo(
+            name="mm",
+            entries=("torch.mm", "Tensor.mm"),
+            shape_doc="(m, k, n): input (m, k) per sample, mat2 (k, n) shared",
+            operands=lambda case: (Operand("input", 0), Operand("mat2", None)),
+            operand_shapes=_mm_shapes,
+            call=_mm_call,
+            reference=_mm_reference,
+            exact_amplitude=lambda case: _bounded_amplitude(case.shape[1], out_dtype(case)),
+        ),
+        OpInfo(
+            name="matmul",
+            entries=("torch.matmul", "operator.matmul"),
+            shape_doc="form 2d: (m, k, n); vector: (m, k) @ (k,); batched: (b, m, k, n) both per"
+            " sample; broadcast: (b, m, k) per sample @ (k, n) shared",
+            operands=_matmul_operands,
+            operand_shapes=_matmul_shapes,
+            call=_matmul_call,
+            reference=_matmul_reference,
+            exact_amplitude=_matmul_amplitude,
+            option_choices={"form": MATMUL_FORMS},
+        ),
+        OpInfo(
+            name="bmm",
+            entries=("torch.bmm",),
+            shape_doc="(b, m, k, n): both operands per sample along b",
+            operands=lambda case: (Operand("input", 0), Operand("mat2", 0)),
+            operand_shapes=_bmm_shapes,
+            call=_bmm_call,
+            reference=_bmm_reference,
+            exact_amplitude=lambda case: _bounded_amplitude(case.shape[2], out_dtype(case)),
+        ),
+        OpInfo(
+            name="addmm",
+            entries=("torch.addmm",),
+            shape_doc="(m, k, n): self (n,) shared or (m, n) per sample, mat1 (m, k), mat2 (k, n)",
+            operands=_addmm_operands,
+            operand_shapes=_addmm_shapes,
+            call=_addmm_call,
+            reference=_addmm_reference,
+            exact_amplitude=_addmm_amplitude,
+            option_choices={
+                "beta": (1, 0, 2, 0.5),
+                "alpha": (1, 2, 0.5, -1),
+                "bias": ("vector", "matrix"),
+            },
+        ),
+        OpInfo(
+            name="linear",
+            entries=("F.linear",),
+            shape_doc="form 2d: (m, k, n); 3d: (m, s, k, n); weight (n, k), bias (n,) shared",
+            operands=_linear_operands,
+            operand_shapes=_linear_shapes,
+            call=_linear_call,
+            reference=_linear_reference,
+            exact_amplitude=_linear_amplitude,
+            option_choices={"bias": (True, False), "form": ("2d", "3d")},
+        ),
+        OpInfo(
+            name="sum",
+            entries=("torch.sum", "Tensor.sum"),
+            shape_doc="the input's shape (rank 1-3), rows first",
+            operands=_x_operand,
+            operand_shapes=_x_shape,
+            call=_reduce_call("sum"),
+            reference=_reduce_reference(mean=False),
+            exact_amplitude=_sum_amplitude,
+            batchable=_reduction_batchable,
+        ),
+        OpInfo(
+            name="mean",
+            entries=("torch.mean", "Tensor.mean"),
+            shape_doc="the input's shape (rank 1-3), rows first",
+            operands=_x_operand,
+            operand_shapes=_x_shape,
+            call=_reduce_call("mean"),
+            reference=_reduce_reference(mean=True),
+            exact_amplitude=_mean_amplitude,
+            batchable=_reduction_batchable,
+        ),
+        OpInfo(
+            name="softmax",
+            entries=("torch.softmax", "Tensor.softmax", "F.softmax"),
+            shape_doc="the input's shape (rank 2-3), rows first",
+            operands=_x_operand,
+            operand_shapes=_x_shape,
+            call=_softmax_call("softmax"),
+            reference=_softmax_reference(log=False),
+            exact_amplitude=_never_exact,
+            batchable=_softmax_batchable,
+        ),
+        OpInfo(
+            name="log_softmax",
+            entries=("torch.log_softmax", "Tensor.log_softmax", "F.log_softmax"),
+            shape_doc="the input's shape (rank 2-3), rows first",
+            operands=_x_operand,
+            operand_shapes=_x_shape,
+            call=_softmax_call("log_softmax"),
+            reference=_softmax_reference(log=True),
+            exact_amplitude=_never_exact,
+            batchable=_softmax_batchable,
+        ),
+        OpInfo(
+            name="rms_norm",
+            entries=("F.rms_norm",),
+            shape_doc="(m, h): input (m, h) per sample, weight (h,) shared",
+            operands=_rms_norm_operands,
+            operand_shapes=_rms_norm_shapes,
+            call=_rms_norm_call,
+            reference=_rms_norm_reference,
+            exact_amplitude=_never_exact,
+        ),
+        OpInfo(
+            name="add_rms_norm",
+            entries=("bi_props.ops.add_rms_norm",),
+            shape_doc="(m, h): x and residual (m, h) per sample, weight (h,) shared; returns"
+            " (rms_norm(x + residual) * weight, x + residual)",
+            operands=_add_rms_norm_operands,
+            operand_shapes=_add_rms_norm_shapes,
+            call=_add_rms_norm_call,
+            reference=_add_rms_norm_reference,
+            exact_amplitude=_add_rms_norm_amplitude,
+            output_batch_axes=(0, 0),
+        ),
+        OpInfo(
+            name="attention",
+            entries=("bi_props.ops.varlen_attention",),
+            shape_doc="(length, heads, kv_heads, head_dim): q, k, v packed per sequence (causal)",
+            operands=_attention_operands,
+            operand_shapes=_attention_shapes,
+            call=_attention_call,
+            reference=_attention_reference,
+            exact_amplitude=_never_exact,
+        ),
+    )
+}
+
+
+def get(name: str) -> OpInfo:
+    try:
+        return OPS[name]
+    except KeyError:
+        known = ", ".join(OPS)
+        raise KeyError(f"unknown op {name!r}; the catalogue has: {known}") from None

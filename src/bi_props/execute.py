@@ -1,0 +1,130 @@
+"""Worker side: run one case for one property and observe it (bits, errors, profiler events).
+
+Imports torch (lazily) and the catalogue; never Hypothesis or pytest. One function per property;
+the matching judge lives in properties.py.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .case import Case
+from .catalogue import OPS
+from .materialize import batch_samples, bits, needle, operands, row_slice, to_float64
+from .observation import Call, Observation, TensorBits
+from .targets.base import Target
+
+
+def _as_tuple(result: Any) -> tuple[Any, ...]:
+    return tuple(result) if isinstance(result, (tuple, list)) else (result,)
+
+
+def _tensor_bits(t: Any, keep_bits: bool = True) -> TensorBits:
+    dtype, shape, device, array = bits(t)
+    return TensorBits(dtype, shape, device, array if keep_bits else None)
+
+
+def _invoke(case: Case, args: list[Any], lengths: list[int]) -> tuple[tuple[Any, ...] | None, Call]:
+    """Call the case's entry point; an exception is an observation, not a crash of the worker."""
+    info = OPS[case.op]
+    try:
+        result = _as_tuple(info.call(case.entry, args, case, lengths))
+    except Exception as exc:  # the op's own error: part of its contract
+        return None, Call(error_type=type(exc).__name__, error_message=str(exc)[:2000])
+    return result, Call(outputs=tuple(_tensor_bits(t) for t in result))
+
+
+def observe_reference(case: Case, target: Target) -> dict[str, Any]:
+    samples = needle(case)
+    args = operands(case, samples, target.device)
+    lengths = [rows for _, rows in samples]
+    _, call = _invoke(case, args, lengths)
+    refs = None
+    if not call.raised:
+        refs = OPS[case.op].reference([to_float64(a) for a in args], case, lengths)
+    return {"calls": {"op": call}, "references": refs}
+
+
+def observe_batch_invariance(case: Case, target: Target) -> dict[str, Any]:
+    """The needle alone, and the needle's rows cut out of the batched result."""
+    info = OPS[case.op]
+    if not info.batchable(case) or case.batch is None:
+        raise ValueError(f"batch invariance is not defined for {case!r}")
+    alone_samples, batch = needle(case), batch_samples(case)
+    _, alone = _invoke(case, operands(case, alone_samples, target.device), [case.shape[0]])
+    result, together = _invoke(
+        case, operands(case, batch, target.device), [rows for _, rows in batch]
+    )
+    if result is not None:
+        offset = case.batch.needle_offset(case.shape[0])
+        sliced = []
+        for t, axis in zip(result, info.output_batch_axes):
+            sliced.append(_tensor_bits(t[row_slice(offset, case.shape[0], axis, t.dim())]))
+        together = Call(outputs=tuple(sliced))
+    return {"calls": {"alone": alone, "in_batch": together}}
+
+
+def observe_determinism(case: Case, target: Target) -> dict[str, Any]:
+    """The same call on the same tensors twice (batched, so that scheduling has room to vary)."""
+    samples = batch_samples(case)
+    args = operands(case, samples, target.device)
+    lengths = [rows for _, rows in samples]
+    _, first = _invoke(case, args, lengths)
+    _, second = _invoke(case, args, lengths)
+    return {"calls": {"first": first, "second": second}}
+
+
+def observe_parity(case: Case, target: Target) -> dict[str, Any]:
+    """Only the contract: raised or not (and what), output dtypes, shapes, devices."""
+    samples = needle(case)
+    _, call = _invoke(case, operands(case, samples, target.device), [case.shape[0]])
+    if call.outputs is not None:
+        call = Call(outputs=tuple(TensorBits(o.dtype, o.shape, o.device, None) for o in call.outputs))
+    return {"calls": {"op": call}}
+
+
+def observe_routing(case: Case, target: Target) -> dict[str, Any]:
+    """Profiler events of one call, the target's identity checks and its switch state.
+
+    The legacy autograd profiler costs ~0.4 ms a window on CPU (kineto ~45 ms), and only this
+    property opens one: the other properties never pay for routing evidence.
+    """
+    samples = needle(case)
+    args = operands(case, samples, target.device)
+    events: tuple[str, ...] | None = None
+    if target.observe_routing() == "profiler":
+        import torch
+
+        try:
+            with torch.autograd.profiler.profile(use_kineto=False) as prof:
+                _, call = _invoke(case, args, [case.shape[0]])
+            events = tuple(dict.fromkeys(e.name for e in prof.function_events))
+        except RuntimeError as exc:  # a profiler that cannot start: routing not observable
+            _, call = _invoke(case, args, [case.shape[0]])
+            call = Call(call.outputs, call.error_type, call.error_message)
+            return {
+                "calls": {"op": call},
+                "evidence": {"profiler_error": str(exc), **target.switch_state()},
+            }
+    else:
+        _, call = _invoke(case, args, [case.shape[0]])
+    call = Call(call.outputs, call.error_type, call.error_message, events)
+    evidence = {"identity": target.evidence(case.op), **target.switch_state()}
+    return {"calls": {"op": call}, "evidence": evidence}
+
+
+OBSERVERS: dict[str, Callable[[Case, Target], dict[str, Any]]] = {
+    "routing": observe_routing,
+    "reference": observe_reference,
+    "batch_invariance": observe_batch_invariance,
+    "determinism": observe_determinism,
+    "parity": observe_parity,
+}
+
+
+def observe(prop: str, case: Case, target: Target, switch: str) -> Observation:
+    start = time.perf_counter()
+    fields = OBSERVERS[prop](case, target)
+    return Observation(property=prop, switch=switch, seconds=time.perf_counter() - start, **fields)

@@ -1,0 +1,68 @@
+"""What a worker sends back: bit patterns and facts, no tensors, no torch.
+
+Properties judge these in the controller, so a property can combine observations made in different
+processes (parity compares the enabled worker's with the disabled worker's).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .catalogue import Reference
+
+
+@dataclass(frozen=True)
+class TensorBits:
+    dtype: str
+    shape: tuple[int, ...]
+    device: str
+    bits: np.ndarray | None  # unsigned-integer view of the storage; None when not needed
+
+
+@dataclass(frozen=True)
+class Call:
+    """One call of an entry point: its outputs, or the exception it raised."""
+
+    outputs: tuple[TensorBits, ...] | None = None
+    error_type: str | None = None
+    error_message: str | None = None
+    events: tuple[str, ...] | None = None
+
+    @property
+    def raised(self) -> bool:
+        return self.error_type is not None
+
+    def describe_error(self) -> str:
+        return f"{self.error_type}: {self.error_message}"
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Everything one property needs from one worker for one case."""
+
+    property: str
+    switch: str
+    calls: dict[str, Call]
+    references: tuple[Reference, ...] | None = None
+    evidence: dict[str, Any] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class Hello:
+    """A worker's first message: which target it loaded, in which state, and what it covers."""
+
+    target: str
+    switch: str
+    status: str  # "ready" | "missing" | "broken"
+    message: str = ""
+    device: str = "cpu"
+    kernel_prefix: str = ""
+    covered: tuple[str, ...] = ()
+    entries: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    routes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    environment: dict[str, str] = field(default_factory=dict)
+    pid: int = 0

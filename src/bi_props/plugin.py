@@ -1,0 +1,193 @@
+"""The pytest plugin (entry point ``pytest11``): profiles, options, and the loud missing-stack rule.
+
+Kept small and lazy: importing it registers the Hypothesis profiles and nothing else; the search
+space, the runner and the workers are created only when property tests are collected and run.
+"""
+
+from __future__ import annotations
+
+
+from pathlib import Path
+
+import pytest
+
+from .profiles import DEFAULT_TARGETS, PROFILES, register_profiles
+
+register_profiles()
+
+_KEY = pytest.StashKey["BiPropsState"]()
+PARAMS = ("bi_op", "bi_property", "bi_switch")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("bi_props", "batch-invariance property tests")
+    group.addoption("--bi-target", default=None,
+                    help="system under test: cpu, vllm, ascend, or some.module[:attr]; "
+                         "default: the profile's")
+    group.addoption("--bi-strategies", default=None, metavar="PATH",
+                    help="search-space TOML file; default: the profile's strategies/<profile>.toml")
+    group.addoption("--bi-allow-missing", action="store_true", default=False,
+                    help="skip (loudly) instead of failing when the target's stack is missing")
+    group.addoption("--bi-report", default=None, metavar="PATH",
+                    help="write findings and negative controls as JSON to PATH")
+
+
+class BiPropsState:
+    """Per-session state; the Session (and its workers) is created on first use."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.profile = _active_profile(config)
+        self._session = None
+        self._space = None
+        self.missing: str | None = None
+        self.skipped = 0
+
+    @property
+    def target(self) -> str:
+        chosen = self.config.getoption("bi_target") or self.space.target
+        if not chosen:
+            raise pytest.UsageError(
+                f"bi_props: profile {self.profile!r} names no target; pass --bi-target NAME"
+            )
+        return chosen
+
+    @property
+    def space(self):
+        if self._space is None:
+            from .space import SpaceError, load, load_profile
+
+            path = self.config.getoption("bi_strategies")
+            try:
+                self._space = load(path, self.profile) if path else load_profile(
+                    self.profile if self.profile in PROFILES else "dev"
+                )
+            except SpaceError as exc:
+                raise pytest.UsageError(f"bi_props: bad strategies file: {exc}") from None
+        return self._space
+
+    @property
+    def session(self):
+        if self._session is None:
+            from .session import Session
+
+            self._session = Session(self.target, self.space)
+            report = self.config.getoption("bi_report")
+            self._session.report_path = Path(report) if report else None
+        return self._session
+
+
+def _active_profile(config: pytest.Config) -> str:
+    chosen = config.getoption("hypothesis_profile", None)
+    if chosen:
+        return chosen
+    from hypothesis import settings
+
+    return settings.get_current_profile_name()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[_KEY] = BiPropsState(config)
+    config.addinivalue_line("markers", "bi_props: a batch-invariance property test")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Each op x property x switch state is its own test id (and its own database key)."""
+    if not set(PARAMS) <= set(metafunc.fixturenames):
+        return
+    from .strategies import PROPERTIES
+
+    state = metafunc.config.stash[_KEY]
+    control = metafunc.function.__name__.endswith("control")
+    params = []
+    for op in state.space.ops:
+        if control:
+            params.append(pytest.param(op, "batch_invariance", "disabled",
+                                       id=f"{op}-batch_invariance-disabled"))
+            continue
+        for prop in PROPERTIES:
+            switches = ("both",) if prop == "parity" else ("enabled", "disabled")
+            for switch in switches:
+                if prop == "batch_invariance" and switch == "disabled":
+                    continue  # the negative control has its own test
+                params.append(pytest.param(op, prop, switch, id=f"{op}-{prop}-{switch}"))
+    metafunc.parametrize(PARAMS, params)
+
+
+def pytest_collection_modifyitems(
+    session: pytest.Session, config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    """Probe the target once if property tests were collected: a missing stack fails the session
+    with one message, or, with --bi-allow-missing, skips them and says so loudly."""
+    ours = [item for item in items if item.get_closest_marker("bi_props")]
+    if not ours:
+        return
+    state = config.stash[_KEY]
+    from .runner.controller import WorkerFailure
+
+    try:
+        hello = state.session.hello("disabled")
+    except WorkerFailure as exc:
+        raise pytest.UsageError(f"bi_props: the worker for target {state.target!r} did not "
+                                f"start:\n{exc}") from None
+    if hello.status == "ready":
+        return
+    message = (
+        f"bi_props: target {state.target!r} cannot run here ({hello.status}):\n{hello.message}\n"
+        f"Run `bi-props doctor --target {state.target}` for the full picture."
+    )
+    if not config.getoption("bi_allow_missing"):
+        raise pytest.UsageError(message + "\nPass --bi-allow-missing to skip these tests instead.")
+    state.missing = message
+    state.skipped = len(ours)
+    marker = pytest.mark.skip(reason=f"target {state.target!r} {hello.status}")
+    for item in ours:
+        item.add_marker(marker)
+
+
+@pytest.fixture(scope="session")
+def bi_props_session(request: pytest.FixtureRequest):
+    """The Session of this pytest run (its workers live until the session ends)."""
+    return request.config.stash[_KEY].session
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    state = config.stash.get(_KEY, None)
+    if state is None:
+        return
+    tr = terminalreporter
+    if state.missing:
+        tr.section("bi_props: NOT RUN ON THE INTENDED HARDWARE", sep="!", red=True, bold=True)
+        tr.line(f"{state.skipped} property tests did not run: {state.missing}", red=True,
+                bold=True)
+    session = state._session
+    if session is None:
+        return
+    tr.section("bi_props")
+    tr.line(f"target {session.target!r}, profile {state.profile!r}, strategies "
+            f"{session.space.source}; {session.runner.examples} examples in "
+            f"{session.runner.starts} worker processes")
+    for control in session.controls:
+        if control.variance_seen:
+            tr.line(f"negative control {control.op}: batch variance SEEN with the switch off; "
+                    f"smallest case: {control.case}")
+        else:
+            tr.line(f"negative control {control.op}: {control.message}")
+    for op, why in session.not_covered.items():
+        tr.line(f"not covered: {op}: {why}", yellow=True)
+    for f in session.findings:
+        fresh = {True: "reproduced", False: "NOT reproduced", None: "not re-run"}[
+            f.reproduced_in_fresh_process]
+        tr.line(f"finding: {f.op} {f.property} [{f.switch}] {f.kind} ({fresh} in a fresh "
+                f"process): {f.case}", red=True)
+    if session.report_path is not None:
+        tr.line(f"report: {session.report_path}")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    state = config.stash.get(_KEY, None)
+    if state is not None and state._session is not None:
+        state._session.close()
+
+
+

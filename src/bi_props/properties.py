@@ -1,0 +1,159 @@
+"""The properties: each judges Observations and returns a Verdict. numpy only, no torch.
+
+Stable names: ``routing``, ``reference``, ``batch_invariance``, ``determinism``, ``parity``.
+Batch invariance and determinism compare bit patterns (NaN payloads and the sign of zero count);
+the reference comparison is bitwise where the catalogue says exactness is sound, bounded elsewhere.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .compare import compare_bits, compare_to_reference
+from .observation import Call, Hello, Observation
+
+
+@dataclass(frozen=True)
+class Verdict:
+    ok: bool
+    message: str = ""
+    kind: str = "mismatch"  # "mismatch" | "error" | "not_covered"
+    error_type: str | None = None
+
+
+PASS = Verdict(True)
+
+
+def _fail(message: str, kind: str = "mismatch", error_type: str | None = None) -> Verdict:
+    return Verdict(False, message, kind, error_type)
+
+
+def _same_outputs(a: Call, b: Call, what: str) -> Verdict:
+    """Two calls that should agree bit for bit (both raising the same way also agrees)."""
+    if a.raised or b.raised:
+        if a.error_type == b.error_type:
+            return PASS
+        return _fail(
+            f"{what}: one call raised and the other did not, or they raised differently:\n"
+            f"  first:  {a.describe_error() if a.raised else 'returned normally'}\n"
+            f"  second: {b.describe_error() if b.raised else 'returned normally'}",
+            "error",
+            a.error_type or b.error_type,
+        )
+    assert a.outputs is not None and b.outputs is not None
+    if len(a.outputs) != len(b.outputs):
+        return _fail(f"{what}: {len(a.outputs)} outputs vs {len(b.outputs)}")
+    for index, (x, y) in enumerate(zip(a.outputs, b.outputs)):
+        label = f"{what}, output {index}" if len(a.outputs) > 1 else what
+        if (x.dtype, x.shape) != (y.dtype, y.shape):
+            return _fail(f"{label}: dtype/shape {x.dtype}{list(x.shape)} vs {y.dtype}{list(y.shape)}")
+        assert x.bits is not None and y.bits is not None
+        mismatch = compare_bits(x.bits, y.bits, x.dtype, label)
+        if mismatch is not None:
+            return _fail(str(mismatch))
+    return PASS
+
+
+def batch_invariance(obs: Observation) -> Verdict:
+    """The needle's rows alone are bitwise equal to the same rows inside the batch."""
+    return _same_outputs(obs.calls["in_batch"], obs.calls["alone"],
+                         "needle rows inside the batch (actual) vs alone (desired)")
+
+
+def determinism(obs: Observation) -> Verdict:
+    """The same call on the same tensors, twice, gives the same bits."""
+    return _same_outputs(obs.calls["second"], obs.calls["first"],
+                         "second run (actual) vs first run (desired)")
+
+
+def reference(obs: Observation) -> Verdict:
+    """Against the float64 reference: bitwise where the catalogue proves exactness, else bounded."""
+    call = obs.calls["op"]
+    if call.raised:
+        return _fail(f"the op raised {call.describe_error()}", "error", call.error_type)
+    assert call.outputs is not None and obs.references is not None
+    for index, (out, ref) in enumerate(zip(call.outputs, obs.references)):
+        label = f"output {index}" if len(call.outputs) > 1 else "output"
+        if out.dtype != ref.dtype or tuple(out.shape) != tuple(ref.value.shape):
+            return _fail(
+                f"{label}: contract changed: got {out.dtype}{list(out.shape)}, the op's definition "
+                f"gives {ref.dtype}{list(ref.value.shape)}"
+            )
+        how = "bit-exact (exact inputs)" if ref.tolerance is None else "within the stated bound"
+        assert out.bits is not None
+        mismatch = compare_to_reference(
+            out.bits, ref.value, ref.tolerance, out.dtype, f"{label} vs float64 reference, {how}"
+        )
+        if mismatch is not None:
+            return _fail(str(mismatch))
+    return PASS
+
+
+def routing(obs: Observation, hello: Hello, op: str) -> Verdict:
+    """Switch propagation and routing: covered ops reach the target's kernels when enabled,
+    nothing reaches them when disabled."""
+    call = obs.calls["op"]
+    evidence = obs.evidence
+    enabled = obs.switch == "enabled"
+    active = evidence.get("active")
+    if active is not enabled:
+        return _fail(
+            f"switch propagation: VLLM_BATCH_INVARIANT={'1' if enabled else '0'} but the target "
+            f"reports its kernels {'active' if active else 'inactive'}"
+        )
+    prefix = hello.kernel_prefix
+    events = call.events
+    identity = evidence.get("identity", {})
+    covered = op in hello.covered
+    if enabled and not covered:
+        return Verdict(True, f"{op} is not claimed by target {hello.target!r}", "not_covered")
+    if "profiler_error" in evidence:
+        return Verdict(True, f"routing not observable: {evidence['profiler_error']}", "not_covered")
+    reached = [e for e in events or () if prefix and e.startswith(prefix)]
+    if enabled:
+        if call.raised:
+            return _fail(f"the op raised {call.describe_error()}", "error", call.error_type)
+        expected = hello.routes.get(op, ())
+        if events is not None and expected and not any(e in events for e in expected):
+            return _fail(
+                f"routing: none of {list(expected)} appeared in the profiler events; "
+                f"seen: {list(events)[:40]}"
+            )
+        missing = [name for name, ok in identity.items() if not ok]
+        if missing:
+            return _fail(f"routing: identity check failed: {missing}")
+        return PASS
+    if reached:
+        return _fail(f"switch leak: with the switch disabled the call reached {reached}")
+    leaked = [name for name, ok in identity.items() if ok]
+    if leaked:
+        return _fail(f"switch leak: with the switch disabled these are swapped: {leaked}")
+    return PASS
+
+
+def parity(enabled: Observation, disabled: Observation) -> Verdict:
+    """Switching on changes nothing of the contract: raising, exception type, dtype, shape, device."""
+    a, b = enabled.calls["op"], disabled.calls["op"]
+    if a.raised != b.raised or a.error_type != b.error_type:
+        return _fail(
+            "contract parity: enabled "
+            f"{a.describe_error() if a.raised else 'returned normally'}; disabled "
+            f"{b.describe_error() if b.raised else 'returned normally'}",
+            "error",
+            a.error_type or b.error_type,
+        )
+    if a.raised:
+        return PASS
+    assert a.outputs is not None and b.outputs is not None
+    sig_a = [(o.dtype, tuple(o.shape), o.device) for o in a.outputs]
+    sig_b = [(o.dtype, tuple(o.shape), o.device) for o in b.outputs]
+    if sig_a != sig_b:
+        return _fail(f"contract parity: enabled returns {sig_a}, disabled returns {sig_b}")
+    return PASS
+
+
+JUDGES = {
+    "batch_invariance": batch_invariance,
+    "determinism": determinism,
+    "reference": reference,
+}

@@ -1,0 +1,1 @@
+"""Spawn-isolated execution: one long-lived worker process per (target, switch state)."""

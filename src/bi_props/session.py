@@ -1,0 +1,204 @@
+"""One testing session against one target: runner, space, findings, controls, coverage.
+
+Shared by the pytest suite and the CLI. Imports Hypothesis (to draw and to know the final replay) but
+never torch: everything that touches tensors happens in the workers.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hypothesis import find, note, settings
+from hypothesis.control import current_build_context
+from hypothesis.errors import NoSuchExample
+
+from . import properties
+from .case import Case
+from .observation import Hello
+from .runner.controller import Runner, WorkerFailure
+from .space import Space
+from .strategies import cases
+
+
+class PropertyFailed(AssertionError):
+    """A property does not hold for a case (a mismatch, or an exception where none belongs)."""
+
+
+@dataclass
+class Finding:
+    target: str
+    op: str
+    property: str
+    switch: str
+    kind: str
+    case: str
+    message: str
+    reproduced_in_fresh_process: bool | None
+    error_type: str | None = None
+
+    def signature(self) -> tuple:
+        return (self.target, self.op, self.property, self.switch, self.kind, self.error_type)
+
+
+@dataclass
+class Control:
+    """What the negative control (batch invariance with the switch off) saw for one op."""
+
+    op: str
+    variance_seen: bool
+    case: str | None
+    message: str
+
+
+@dataclass
+class Session:
+    target: str
+    space: Space
+    runner: Runner = field(init=False)
+    findings: list[Finding] = field(default_factory=list)
+    controls: list[Control] = field(default_factory=list)
+    not_covered: dict[str, str] = field(default_factory=dict)
+    report_path: Path | None = None
+    started: float = field(default_factory=time.time)
+
+    def __post_init__(self) -> None:
+        self.runner = Runner(
+            self.target,
+            example_timeout_s=self.space.example_timeout_s,
+            start_timeout_s=self.space.start_timeout_s,
+        )
+
+    # -- the target ----------------------------------------------------------------------------
+
+    def hello(self, switch: str = "disabled") -> Hello:
+        return self.runner.hello(switch)
+
+    def entries(self, op: str) -> tuple[str, ...] | None:
+        return self.hello("enabled").entries.get(op) or None
+
+    def covered(self, op: str) -> bool:
+        return op in self.hello("enabled").covered
+
+    # -- one example ---------------------------------------------------------------------------
+
+    def judge(self, op: str, prop: str, switch: str, case: Case, fresh: bool = False):
+        """Observe and judge one case; worker crashes and hangs propagate as WorkerFailure."""
+        observe = self.runner.fresh if fresh else self.runner.observe
+        if prop == "parity":
+            return properties.parity(observe(prop, case, "enabled"), observe(prop, case, "disabled"))
+        observation = observe(prop, case, switch)
+        if prop == "routing":
+            return properties.routing(observation, self.hello(switch), op)
+        return properties.JUDGES[prop](observation)
+
+    def check(self, op: str, prop: str, switch: str, case: Case) -> None:
+        """Run one example; raise on failure. On Hypothesis' final replay of the minimal failing
+        example, re-run it in a brand-new worker and record the finding."""
+        try:
+            verdict = self.judge(op, prop, switch, case)
+        except WorkerFailure as failure:
+            self._final(op, prop, switch, case, failure.kind, str(failure), type(failure).__name__)
+            raise
+        if verdict.kind == "not_covered":
+            self.not_covered.setdefault(op, verdict.message)
+            return
+        if verdict.ok:
+            return
+        if switch == "enabled" and not self.covered(op):
+            self.not_covered.setdefault(op, f"{prop} fails, but the target does not claim {op}")
+            return
+        self._final(op, prop, switch, case, verdict.kind, verdict.message, verdict.error_type)
+        raise PropertyFailed(f"{prop} [{switch}] on {op}:\n{verdict.message}")
+
+    def _final(
+        self, op: str, prop: str, switch: str, case: Case, kind: str, message: str, error: str | None
+    ) -> None:
+        if not _is_final_replay():
+            return
+        reproduced = self._reproduces_fresh(op, prop, switch, case)
+        note(f"Reproduced in a fresh worker process: {reproduced}")
+        self.record(Finding(self.target, op, prop, switch, kind, repr(case), message, reproduced,
+                            error))
+
+    def _reproduces_fresh(self, op: str, prop: str, switch: str, case: Case) -> bool:
+        try:
+            verdict = self.judge(op, prop, switch, case, fresh=True)
+        except WorkerFailure:
+            return True
+        return not verdict.ok
+
+    def record(self, finding: Finding) -> None:
+        """Keep the finding and write the report at once: nothing a long run found is lost."""
+        self.findings.append(finding)
+        self.write_report()
+
+    # -- the negative control ------------------------------------------------------------------
+
+    def control(self, op: str) -> Control:
+        """Search for batch variance with the switch off; shrink to the smallest case that shows it.
+
+        Never a failure: it shows that the test can see variance at all (stock kernels are not
+        promised to be invariant)."""
+        strategy = cases(self.space, op, "batch_invariance", self.entries(op))
+
+        def variant(case: Case) -> bool:
+            obs = self.runner.observe("batch_invariance", case, "disabled")
+            return not properties.batch_invariance(obs).ok
+
+        key = f"bi_props:control:{self.target}:{op}".encode()
+        try:
+            minimal = find(strategy, variant, settings=settings(), database_key=key)
+        except NoSuchExample:
+            result = Control(op, False, None,
+                             f"no batch variance seen in {settings().max_examples} examples")
+        else:
+            verdict = properties.batch_invariance(
+                self.runner.observe("batch_invariance", minimal, "disabled")
+            )
+            result = Control(op, True, repr(minimal), verdict.message)
+        self.controls.append(result)
+        self.write_report()
+        return result
+
+    # -- report --------------------------------------------------------------------------------
+
+    def report(self) -> dict[str, Any]:
+        environment = {}
+        try:
+            environment = dict(self.runner._hellos["disabled"].environment)
+        except KeyError:
+            pass
+        return {
+            "target": self.target,
+            "profile": self.space.profile,
+            "strategies": self.space.source,
+            "environment": environment,
+            "examples": self.runner.examples,
+            "elapsed_s": round(time.time() - self.started, 3),
+            "findings": [asdict(f) for f in self.findings],
+            "controls": [asdict(c) for c in self.controls],
+            "not_covered": [{"op": op, "reason": why} for op, why in self.not_covered.items()],
+        }
+
+    def write_report(self) -> None:
+        if self.report_path is None:
+            return
+        self.report_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.report_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.report(), indent=2, default=str))
+        tmp.replace(self.report_path)
+
+    def close(self) -> None:
+        self.write_report()
+        self.runner.close()
+
+
+def _is_final_replay() -> bool:
+    try:
+        return bool(current_build_context().is_final)
+    except Exception:  # outside a Hypothesis test (e.g. a direct call): treat as final
+        return True

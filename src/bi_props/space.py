@@ -1,0 +1,235 @@
+"""Search spaces as data: load and validate ``strategies/<profile>.toml``.
+
+A space says which ops, dtypes, layouts, value classes and extents a profile explores, and carries
+the profile's Hypothesis settings and runner limits. Every problem is reported once, naming the file,
+the key and what is wrong, because a typo in a nightly configuration should not cost a night.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from .case import DTYPES, LAYOUTS, VALUE_CLASSES
+from .catalogue import OPS
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+PROFILES = ("cpu", "ci", "dev", "ascend", "cuda", "nightly")
+
+
+class SpaceError(ValueError):
+    """A search-space file that cannot be used; the message says file, key and fix."""
+
+
+@dataclass(frozen=True)
+class Extent:
+    min: int
+    max: int
+
+
+@dataclass(frozen=True)
+class Space:
+    """A validated search space. Field defaults are the values a missing key means."""
+
+    source: str
+    profile: str
+    description: str = ""
+    target: str = "cpu"
+    # Hypothesis settings of the profile.
+    max_examples: int = 50
+    derandomize: bool = False
+    database: str = "directory"
+    print_blob: bool = True
+    # Runner limits.
+    example_timeout_s: float = 60.0
+    start_timeout_s: float = 300.0
+    # What to explore.
+    ops: tuple[str, ...] = tuple(OPS)
+    dtypes: tuple[str, ...] = DTYPES
+    layouts: tuple[str, ...] = LAYOUTS
+    values: tuple[str, ...] = VALUE_CLASSES
+    rows: Extent = Extent(1, 600)
+    dim: Extent = Extent(0, 256)
+    boundaries: tuple[int, ...] = (16, 32, 64, 128, 256)
+    max_companions: int = 7
+    companion_rows: Extent = Extent(1, 600)
+    attention_length: Extent = Extent(1, 48)
+    head_dims: tuple[int, ...] = (8, 16, 32, 64)
+    op_dim: dict[str, Extent] = field(default_factory=dict)
+
+    def dim_for(self, op: str) -> Extent:
+        return self.op_dim.get(op, self.dim)
+
+
+_SECTIONS: dict[str, dict[str, str]] = {
+    "profile": {"description": "str", "target": "str"},
+    "hypothesis": {
+        "max_examples": "int",
+        "derandomize": "bool",
+        "database": "str",
+        "print_blob": "bool",
+    },
+    "runner": {"example_timeout_s": "num", "start_timeout_s": "num"},
+    "ops": {"include": "list[str]", "exclude": "list[str]"},
+    "dtypes": {"choices": "list[str]"},
+    "layouts": {"choices": "list[str]"},
+    "values": {"choices": "list[str]"},
+    "shapes": {"rows": "extent", "dim": "extent", "boundaries": "list[int]"},
+    "batch": {"max_companions": "int", "companion_rows": "extent"},
+    "attention": {"length": "extent", "head_dims": "list[int]"},
+}
+
+
+def _fail(source: str, key: str, problem: str) -> SpaceError:
+    return SpaceError(f"{source}: key '{key}': {problem}")
+
+
+def _check(source: str, key: str, kind: str, value: Any) -> Any:
+    ok = {
+        "str": lambda v: isinstance(v, str),
+        "int": lambda v: isinstance(v, int) and not isinstance(v, bool),
+        "num": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
+        "bool": lambda v: isinstance(v, bool),
+        "list[str]": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
+        "list[int]": lambda v: isinstance(v, list)
+        and all(isinstance(x, int) and not isinstance(x, bool) for x in v),
+        "extent": lambda v: isinstance(v, dict)
+        and set(v) == {"min", "max"}
+        and all(isinstance(x, int) and not isinstance(x, bool) for x in v.values()),
+    }[kind]
+    if not ok(value):
+        want = {"extent": "a table like { min = 1, max = 64 }"}.get(kind, kind)
+        raise _fail(source, key, f"expected {want}, got {value!r}")
+    if kind == "extent":
+        if not 0 <= value["min"] <= value["max"]:
+            raise _fail(source, key, f"need 0 <= min <= max, got {value!r}")
+        return Extent(value["min"], value["max"])
+    return value
+
+
+def _choices(source: str, key: str, values: list[str], allowed: tuple[str, ...]) -> tuple[str, ...]:
+    unknown = [v for v in values if v not in allowed]
+    if unknown:
+        raise _fail(source, key, f"unknown {unknown}; choose from {list(allowed)}")
+    if not values:
+        raise _fail(source, key, "must not be empty")
+    return tuple(dict.fromkeys(values))
+
+
+def parse(data: dict[str, Any], source: str, profile: str) -> Space:
+    """Validate a decoded TOML document into a Space."""
+    fields: dict[str, Any] = {"source": source, "profile": profile}
+    op_dim: dict[str, Extent] = {}
+    for section, body in data.items():
+        if section == "op":
+            if not isinstance(body, dict):
+                raise _fail(source, "op", "expected tables like [op.mm]")
+            for op, table in body.items():
+                if op not in OPS:
+                    raise _fail(source, f"op.{op}", f"unknown op; the catalogue has {list(OPS)}")
+                if not isinstance(table, dict) or set(table) - {"dim"}:
+                    raise _fail(source, f"op.{op}", "only 'dim = { min, max }' may be set here")
+                if "dim" in table:
+                    op_dim[op] = _check(source, f"op.{op}.dim", "extent", table["dim"])
+            continue
+        if section not in _SECTIONS:
+            raise _fail(source, section, f"unknown section; known: {[*_SECTIONS, 'op']}")
+        if not isinstance(body, dict):
+            raise _fail(source, section, "expected a table")
+        for key, value in body.items():
+            dotted = f"{section}.{key}"
+            if key not in _SECTIONS[section]:
+                raise _fail(source, dotted, f"unknown key; known: {list(_SECTIONS[section])}")
+            fields[(section, key)] = _check(source, dotted, _SECTIONS[section][key], value)
+
+    space: dict[str, Any] = {"source": source, "profile": profile, "op_dim": op_dim}
+    simple = {
+        ("profile", "description"): "description",
+        ("profile", "target"): "target",
+        ("hypothesis", "max_examples"): "max_examples",
+        ("hypothesis", "derandomize"): "derandomize",
+        ("hypothesis", "database"): "database",
+        ("hypothesis", "print_blob"): "print_blob",
+        ("runner", "example_timeout_s"): "example_timeout_s",
+        ("runner", "start_timeout_s"): "start_timeout_s",
+        ("shapes", "rows"): "rows",
+        ("shapes", "dim"): "dim",
+        ("batch", "max_companions"): "max_companions",
+        ("batch", "companion_rows"): "companion_rows",
+        ("attention", "length"): "attention_length",
+    }
+    for key, name in simple.items():
+        if key in fields:
+            space[name] = fields[key]
+    if ("hypothesis", "database") in fields and space["database"] not in ("directory", "none"):
+        raise _fail(source, "hypothesis.database", "expected 'directory' or 'none'")
+    if space.get("max_examples", 1) < 1:
+        raise _fail(source, "hypothesis.max_examples", "must be at least 1")
+    if ("shapes", "rows") in fields and space["rows"].min < 1:
+        raise _fail(source, "shapes.rows", "the needle needs at least one row: min >= 1")
+    if ("batch", "companion_rows") in fields and space["companion_rows"].min < 1:
+        raise _fail(source, "batch.companion_rows", "min must be >= 1")
+    if ("batch", "max_companions") in fields and space["max_companions"] < 1:
+        raise _fail(source, "batch.max_companions", "must be at least 1")
+    include = fields.get(("ops", "include"), list(OPS))
+    exclude = fields.get(("ops", "exclude"), [])
+    ops = _choices(source, "ops.include", include, tuple(OPS))
+    _choices(source, "ops.exclude", exclude or [ops[0]], tuple(OPS))
+    space["ops"] = tuple(o for o in ops if o not in exclude)
+    if not space["ops"]:
+        raise _fail(source, "ops.exclude", "excludes every op")
+    for section, allowed, name in (
+        ("dtypes", DTYPES, "dtypes"),
+        ("layouts", LAYOUTS, "layouts"),
+        ("values", VALUE_CLASSES, "values"),
+    ):
+        if (section, "choices") in fields:
+            space[name] = _choices(source, f"{section}.choices", fields[section, "choices"], allowed)
+    if ("shapes", "boundaries") in fields:
+        space["boundaries"] = tuple(fields["shapes", "boundaries"])
+    if ("attention", "head_dims") in fields:
+        dims = fields["attention", "head_dims"]
+        if not dims or any(d < 1 for d in dims):
+            raise _fail(source, "attention.head_dims", "need positive head sizes")
+        space["head_dims"] = tuple(dims)
+    return Space(**space)
+
+
+def bundled_dir() -> Path:
+    """Where the shipped spaces are: inside the wheel, or the checkout's top-level strategies/."""
+    packaged = resources.files("bi_props") / "_strategies"
+    if packaged.is_dir():
+        return Path(str(packaged))
+    return Path(__file__).resolve().parents[2] / "strategies"
+
+
+def load(path: str | Path, profile: str | None = None) -> Space:
+    """Load and validate one search-space file."""
+    path = Path(path)
+    source = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpaceError(f"{source}: no such strategies file") from None
+    except OSError as exc:
+        raise SpaceError(f"{source}: cannot read: {exc}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise SpaceError(f"{source}: not valid TOML: {exc}") from None
+    return parse(data, source, profile or path.stem)
+
+
+def load_profile(profile: str) -> Space:
+    """The bundled space of a named profile."""
+    path = bundled_dir() / f"{profile}.toml"
+    if not path.exists():
+        raise SpaceError(f"{path}: no bundled strategies for profile {profile!r}; have {PROFILES}")
+    return load(path, profile)

@@ -1,0 +1,179 @@
+"""Hypothesis strategies for cases, built from a validated Space.
+
+Hypothesis draws only small integers and choices (shapes, dtype, layouts, a value class, seeds, a batch
+composition); tensors are materialised from seeds in the worker. So drawing is cheap and shrinking
+works on meaningful knobs: fewer rows, smaller dims, fewer companions, the first choice of each list.
+Extents are biased toward tile boundaries (powers of two and their neighbours, multiples of 16 +- 1),
+where batch-variant kernels switch algorithms.
+"""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from .case import Batch, Case, Companion
+from .catalogue import OPS, OpInfo, out_dtype
+from .space import Extent, Space
+
+PROPERTIES = ("routing", "reference", "batch_invariance", "determinism", "parity")
+
+# Value classes per property, simplest first (Hypothesis shrinks toward the first).
+_VALUES_FOR = {
+    "routing": ("general",),
+    "reference": ("exact", "general", "wide"),
+    "batch_invariance": ("general", "wide", "exact"),
+    "determinism": ("general", "wide", "special"),
+    "parity": ("general", "exact", "special"),
+}
+
+SEEDS = st.integers(min_value=0, max_value=2**32 - 1)
+
+
+def boundary_values(extent: Extent, boundaries: tuple[int, ...]) -> list[int]:
+    """Tile edges inside the extent: each boundary b and b +- 1, and multiples of 16 +- 1."""
+    marks: set[int] = set()
+    for b in boundaries:
+        marks.update((b - 1, b, b + 1))
+    top = max(boundaries, default=16)
+    for m in range(16, top + 1, 16):
+        marks.update((m - 1, m + 1))
+    return sorted(v for v in marks if extent.min <= v <= extent.max)
+
+
+def extents(extent: Extent, boundaries: tuple[int, ...]) -> st.SearchStrategy[int]:
+    """An integer in the extent, half of the time on a tile boundary; shrinks toward ``min``."""
+    plain = st.integers(extent.min, extent.max)
+    edges = boundary_values(extent, boundaries)
+    if not edges:
+        return plain
+    return st.one_of(plain, st.sampled_from(edges))
+
+
+def _clip(extent: Extent, low: int | None = None, high: int | None = None) -> Extent:
+    lo = extent.min if low is None else max(extent.min, low)
+    hi = extent.max if high is None else min(extent.max, high)
+    return Extent(lo, max(lo, hi))
+
+
+@st.composite
+def _op_shape_and_options(draw: st.DrawFn, space: Space, op: OpInfo, prop: str) -> tuple:
+    """Draw ``(shape, options)`` for one op. The first shape entry is the needle's rows."""
+    dim = space.dim_for(op.name)
+    b = space.boundaries
+    rows = extents(space.rows, b)
+    if prop == "batch_invariance":
+        # A needle is a few rows; the batch's companions supply the large M.
+        rows = st.integers(space.rows.min, min(space.rows.max, 4))
+    d = extents(dim, b)
+    small = extents(_clip(dim, high=64), b)
+    options: dict = {}
+    name = op.name
+    if name in ("mm", "addmm", "linear") or (name == "matmul"):
+        if name == "matmul":
+            options["form"] = draw(st.sampled_from(op.option_choices["form"]))
+        if name == "addmm":
+            options["beta"] = draw(st.sampled_from(op.option_choices["beta"]))
+            options["alpha"] = draw(st.sampled_from(op.option_choices["alpha"]))
+            options["bias"] = draw(st.sampled_from(op.option_choices["bias"]))
+        if name == "linear":
+            options["bias"] = draw(st.booleans().map(lambda x: not x))
+            options["form"] = draw(st.sampled_from(op.option_choices["form"]))
+        form = options.get("form", "2d")
+        if form == "vector":
+            return (draw(rows), draw(d)), options
+        if form in ("batched", "broadcast"):
+            return (draw(rows), draw(st.integers(1, 8)), draw(d), draw(d)), options
+        if form == "3d":
+            return (draw(rows), draw(st.integers(1, 8)), draw(d), draw(d)), options
+        return (draw(rows), draw(d), draw(d)), options
+    if name == "bmm":
+        return (draw(rows), draw(small), draw(d), draw(d)), options
+    if name in ("sum", "mean"):
+        batch = prop == "batch_invariance"
+        rank = draw(st.integers(2 if batch else 1, 3))
+        shape = (draw(rows), *(draw(small if rank == 3 else d) for _ in range(rank - 1)))
+        choices: list = [-1, rank - 1]
+        if rank == 3:
+            choices += [1, (1, 2), (-2,)]
+        if not batch:
+            choices += [None, 0, tuple(range(rank))]
+        options["dim"] = draw(st.sampled_from(choices))
+        if options["dim"] is not None:
+            options["keepdim"] = draw(st.booleans())
+        options["dtype"] = draw(st.sampled_from([None, "float32"]))
+        return shape, options
+    if name in ("softmax", "log_softmax"):
+        rank = draw(st.integers(2, 3))
+        shape = (draw(rows), *(draw(small if rank == 3 else d) for _ in range(rank - 1)))
+        dims = list(range(1, rank)) + [-1]
+        if prop != "batch_invariance":
+            dims.append(0)
+        options["dim"] = draw(st.sampled_from(sorted(set(dims), key=lambda x: (x != -1, x))))
+        options["dtype"] = draw(st.sampled_from([None, "float32"]))
+        return shape, options
+    if name in ("rms_norm", "add_rms_norm"):
+        if name == "rms_norm":
+            options["eps"] = draw(st.sampled_from([None, 1e-6]))
+        return (draw(rows), draw(extents(_clip(dim, low=1), b))), options
+    if name == "attention":
+        length = extents(space.attention_length, b)
+        if prop == "batch_invariance":
+            length = st.integers(space.attention_length.min, min(space.attention_length.max, 8))
+        kv_heads = draw(st.sampled_from([1, 2]))
+        heads = kv_heads * draw(st.sampled_from([1, 2, 4]))
+        head_dim = draw(st.sampled_from(space.head_dims))
+        return (draw(length), heads, kv_heads, head_dim), options
+    raise AssertionError(f"no shape strategy for op {name!r}")  # pragma: no cover
+
+
+def _batch(space: Space, op: OpInfo) -> st.SearchStrategy[Batch]:
+    if op.name == "attention":
+        rows = extents(space.attention_length, space.boundaries)
+    elif op.name == "bmm" or (op.name == "matmul"):
+        rows = st.integers(1, min(space.companion_rows.max, 16))
+    else:
+        rows = extents(space.companion_rows, space.boundaries)
+    companions = st.lists(
+        st.builds(Companion, seed=SEEDS, rows=rows), min_size=1, max_size=space.max_companions
+    )
+    return companions.flatmap(
+        lambda cs: st.integers(0, len(cs)).map(lambda p: Batch(position=p, companions=tuple(cs)))
+    )
+
+
+@st.composite
+def cases(
+    draw: st.DrawFn,
+    space: Space,
+    op: str,
+    prop: str,
+    entries: tuple[str, ...] | None = None,
+) -> Case:
+    """One Case for ``op`` under property ``prop``; ``entries`` may replace the op's entry points
+    (a target whose users call another function, e.g. torch_npu's)."""
+    info = OPS[op]
+    shape, options = draw(_op_shape_and_options(space, info, prop))
+    provisional = Case(op, "", space.dtypes[0], shape, (), "general", 0, options)
+    n_operands = len(info.operands(provisional))
+    entry = draw(st.sampled_from(entries or info.entries))
+    dtype = draw(st.sampled_from(space.dtypes))
+    layouts = tuple(draw(st.sampled_from(space.layouts)) for _ in range(n_operands))
+    allowed = [v for v in _VALUES_FOR[prop] if v in space.values] or ["general"]
+    values = draw(st.sampled_from(allowed))
+    seed = draw(SEEDS)
+    case = Case(op, entry, dtype, shape, layouts, values, seed, options)
+    if values == "exact" and info.exact_amplitude(case) < 1:
+        # No integer range keeps every partial result exact here: fall back, deterministically.
+        case = Case(op, entry, dtype, shape, layouts, "general", seed, options)
+    if prop in ("batch_invariance", "determinism"):
+        batch = draw(_batch(space, info))
+        case = case.with_batch(batch)
+    return case
+
+
+def applicable(op: str, prop: str, space: Space) -> bool:
+    """Whether a (op, property) pair has anything to test under this space."""
+    return op in space.ops and prop in PROPERTIES
+
+
+__all__ = ["PROPERTIES", "applicable", "boundary_values", "cases", "extents", "out_dtype"]

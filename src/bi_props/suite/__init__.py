@@ -1,0 +1,1 @@
+"""The property suite users collect: ``pytest --pyargs bi_props --hypothesis-profile=...``."""

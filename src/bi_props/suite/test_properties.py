@@ -1,0 +1,26 @@
+"""The property tests. Parametrised by the plugin (op x property x switch state) from the active
+search space; max_examples, database and derandomize come from the Hypothesis profile."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from bi_props.strategies import cases
+
+
+@pytest.mark.bi_props
+@given(data=st.data())
+def test_property(bi_props_session, bi_op, bi_property, bi_switch, data):
+    session = bi_props_session
+    strategy = cases(session.space, bi_op, bi_property, session.entries(bi_op))
+    case = data.draw(strategy, label="case")
+    session.check(bi_op, bi_property, bi_switch, case)
+
+
+@pytest.mark.bi_props
+def test_batch_variance_control(bi_props_session, bi_op, bi_property, bi_switch):
+    """Negative control: with the switch off, look for batch variance and report the smallest case
+    that shows it. Stock kernels promise no invariance, so this never fails on what it sees."""
+    bi_props_session.control(bi_op)

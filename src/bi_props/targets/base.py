@@ -1,0 +1,76 @@
+"""The one small interface every system under test implements (worker side only).
+
+A target knows how to turn its switch on in a fresh process, which device it runs on, which catalogue
+ops it claims to make batch-invariant, and what evidence shows that a call reached its kernels. The
+core never imports a target's packages; only the worker, after the switch is set, imports the target.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+SWITCH_ENV = "VLLM_BATCH_INVARIANT"
+
+
+class TargetMissing(RuntimeError):
+    """The target's stack is not installed here; the message says what and how to install it."""
+
+
+class TargetBroken(RuntimeError):
+    """The stack is installed but fails to load or to switch; the message carries the error."""
+
+
+def switch_requested() -> bool:
+    """The switch as upstream reads it: ``VLLM_BATCH_INVARIANT`` parsed as ``bool(int(value))``."""
+    return bool(int(os.environ.get(SWITCH_ENV, "0") or "0"))
+
+
+class Target:
+    """Base class with the defaults; subclasses override what differs."""
+
+    name: str = "target"
+    device: str = "cpu"
+    kernel_prefix: str = ""
+
+    def check(self) -> None:
+        """Raise TargetMissing/TargetBroken before anything is switched."""
+
+    def activate(self) -> None:
+        """Called once in a fresh worker, after the environment holds the switch."""
+        raise NotImplementedError
+
+    def covered(self) -> tuple[str, ...]:
+        """Catalogue ops this target claims to make batch-invariant."""
+        return ()
+
+    def entries(self) -> dict[str, tuple[str, ...]]:
+        """Entry points that replace the catalogue's for some ops (e.g. torch_npu functions)."""
+        return {}
+
+    def routes(self) -> dict[str, tuple[str, ...]]:
+        """Per covered op: profiler events of which at least one must appear when enabled."""
+        return {}
+
+    def switch_state(self) -> dict[str, Any]:
+        """Evidence that the switch propagated: what the process itself reports.
+
+        Must contain ``active`` (bool): whether the target's kernels are installed now.
+        """
+        return {"active": False}
+
+    def evidence(self, op: str) -> dict[str, bool]:
+        """Identity checks for ``op`` (name -> whether the swapped function is in place)."""
+        return {}
+
+    def observe_routing(self) -> str:
+        """How routing is observed: 'profiler' (legacy autograd profiler events) or 'none'."""
+        return "profiler"
+
+    def environment(self) -> dict[str, str]:
+        """Versions and capabilities recorded in every report."""
+        import platform
+
+        import torch
+
+        return {"python": platform.python_version(), "torch": torch.__version__}

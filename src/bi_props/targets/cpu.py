@@ -1,0 +1,56 @@
+"""The built-in CPU target: stock PyTorch CPU kernels when disabled, bi_props's own portable
+batch-invariant kernels (targets/kernels) when ``VLLM_BATCH_INVARIANT=1``.
+
+It plays the role vllm-ascend plays on an NPU: the switch is read from the environment in a fresh
+process, aten ops are re-registered on the CPU dispatch key through custom ops that the profiler
+shows (``bi_props_cpu::mm``...), and two composite entry points are swapped as module attributes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import Target, switch_requested
+
+NAMESPACE = "bi_props_cpu"
+
+
+class CpuTarget(Target):
+    name = "cpu"
+    device = "cpu"
+    kernel_prefix = f"{NAMESPACE}::"
+
+    def __init__(self) -> None:
+        import bi_props.ops as ops
+
+        self._active = False
+        self._stock = {"add_rms_norm": ops.add_rms_norm, "varlen_attention": ops.varlen_attention}
+
+    def activate(self) -> None:
+        if switch_requested():
+            from .kernels import install
+
+            install(NAMESPACE)
+            self._active = True
+
+    def covered(self) -> tuple[str, ...]:
+        from .kernels.register import ROUTES
+
+        return tuple(ROUTES)
+
+    def routes(self) -> dict[str, tuple[str, ...]]:
+        from .kernels.register import ROUTES
+
+        return dict(ROUTES)
+
+    def switch_state(self) -> dict[str, Any]:
+        return {"active": self._active}
+
+    def evidence(self, op: str) -> dict[str, bool]:
+        """For the two swapped entry points: is the function in place not the stock one?"""
+        import bi_props.ops as ops
+
+        attr = {"add_rms_norm": "add_rms_norm", "attention": "varlen_attention"}.get(op)
+        if attr is None:
+            return {}
+        return {f"bi_props.ops.{attr} swapped": getattr(ops, attr) is not self._stock[attr]}

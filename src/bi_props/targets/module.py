@@ -1,0 +1,121 @@
+"""Third-party targets: any importable module (or ``module:attr`` object) can be tested.
+
+The interface a library exposes (documented in the README):
+
+- ``enable(enabled: bool) -> None``: called once in a fresh worker before any op runs; installs
+  the library's kernels when True, nothing when False;
+- ``OPS``: catalogue op names it claims to make batch-invariant;
+- ``KERNEL_PREFIX``: the profiler-event prefix of its kernels (e.g. ``"batch_invariant_ops::"``);
+- optionally ``DEVICE`` (default ``"cpu"``) and ``ROUTES`` ({op: (event, ...)}).
+
+A module in the thinking-machines ``batch_invariant_ops`` style is accepted with no glue:
+``enable_batch_invariant_mode()`` / ``disable_batch_invariant_mode()`` or a
+``set_batch_invariant_mode(enabled)`` context manager (entered for the life of the worker); its
+OPS are the ops it overrides (mm, addmm, log_softmax, mean) and its prefix is taken from ``ROUTES``
+or left empty (then routing is judged on identity and switch evidence only).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from ..catalogue import OPS
+from .base import Target, TargetBroken, TargetMissing, switch_requested
+
+# What thinking-machines' batch_invariant_ops overrides (aten::mm, addmm, _log_softmax, mean.dim).
+THINKING_MACHINES_OPS = ("mm", "matmul", "linear", "addmm", "log_softmax", "mean")
+
+
+def _load(spec: str) -> Any:
+    module_name, _, attr = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and module_name.startswith(exc.name):
+            raise TargetMissing(
+                f"target module {module_name!r} is not importable ({exc}). Install it, or put it "
+                f"on PYTHONPATH; a built-in target is one of: cpu, vllm, ascend."
+            ) from None
+        raise TargetBroken(f"target module {module_name!r} failed to import: {exc!r}") from None
+    except Exception as exc:
+        raise TargetBroken(f"target module {module_name!r} failed to import: {exc!r}") from None
+    if not attr:
+        return module
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise TargetBroken(f"target {spec!r}: module {module_name!r} has no attribute "
+                           f"{attr!r}") from None
+
+
+class ModuleTarget(Target):
+    """Adapter from the documented module interface (or the thinking-machines style)."""
+
+    def __init__(self, spec: str) -> None:
+        self.name = spec
+        self._spec = spec
+        self._obj: Any = None
+        self._active = False
+        self._context: Any = None
+
+    def check(self) -> None:
+        obj = _load(self._spec)
+        has_enable = callable(getattr(obj, "enable", None))
+        tm_style = callable(getattr(obj, "enable_batch_invariant_mode", None)) or callable(
+            getattr(obj, "set_batch_invariant_mode", None)
+        )
+        if not has_enable and not tm_style:
+            raise TargetBroken(
+                f"target {self._spec!r} has neither enable(enabled) nor "
+                f"enable_batch_invariant_mode()/set_batch_invariant_mode(); see the README's "
+                f"'Third-party targets'"
+            )
+        if has_enable and not hasattr(obj, "OPS"):
+            raise TargetBroken(f"target {self._spec!r} has enable() but no OPS list")
+        unknown = [op for op in getattr(obj, "OPS", ()) if op not in OPS]
+        if unknown:
+            raise TargetBroken(
+                f"target {self._spec!r}: OPS names unknown ops {unknown}; the catalogue has "
+                f"{list(OPS)}"
+            )
+        self._obj = obj
+        self.device = str(getattr(obj, "DEVICE", "cpu"))
+        self.kernel_prefix = str(getattr(obj, "KERNEL_PREFIX", ""))
+
+    def activate(self) -> None:
+        obj, enabled = self._obj, switch_requested()
+        try:
+            if callable(getattr(obj, "enable", None)):
+                obj.enable(enabled)
+            elif enabled and callable(getattr(obj, "enable_batch_invariant_mode", None)):
+                obj.enable_batch_invariant_mode()
+            elif enabled:
+                self._context = obj.set_batch_invariant_mode(True)
+                self._context.__enter__()
+        except Exception as exc:
+            state = "enable(True)" if enabled else "enable(False)"
+            raise TargetBroken(f"target {self._spec!r}: {state} raised {exc!r}") from None
+        self._active = enabled
+        probe = getattr(obj, "is_batch_invariant_mode_enabled", None)
+        if callable(probe):
+            self._active = bool(probe())
+
+    def covered(self) -> tuple[str, ...]:
+        if hasattr(self._obj, "OPS"):
+            return tuple(self._obj.OPS)
+        return THINKING_MACHINES_OPS
+
+    def routes(self) -> dict[str, tuple[str, ...]]:
+        return {op: tuple(events) for op, events in dict(getattr(self._obj, "ROUTES", {})).items()}
+
+    def switch_state(self) -> dict[str, Any]:
+        return {"active": self._active}
+
+    def environment(self) -> dict[str, str]:
+        env = super().environment()
+        env["target_module"] = self._spec
+        version = getattr(self._obj, "__version__", None)
+        if version:
+            env["target_version"] = str(version)
+        return env
