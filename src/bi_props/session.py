@@ -142,7 +142,8 @@ class Session:
         """Search for batch variance with the switch off; shrink to the smallest case that shows it.
 
         Never a failure: it shows that the test can see variance at all (stock kernels are not
-        promised to be invariant)."""
+        promised to be invariant). The search stops at the first variance it sees, so its budget,
+        ``[runner] control_examples`` of the space, is only spent where no variance exists."""
         strategy = cases(self.space, op, "batch_invariance", self.entries(op))
 
         def variant(case: Case) -> bool:
@@ -150,11 +151,12 @@ class Session:
             return not properties.batch_invariance(obs).ok
 
         key = f"bi_props:control:{self.target}:{op}".encode()
+        budget = settings(settings(), max_examples=self.space.control_examples)
         try:
-            minimal = find(strategy, variant, settings=settings(), database_key=key)
+            minimal = find(strategy, variant, settings=budget, database_key=key)
         except NoSuchExample:
             result = Control(op, False, None,
-                             f"no batch variance seen in {settings().max_examples} examples")
+                             f"no batch variance seen in {budget.max_examples} examples")
         else:
             verdict = properties.batch_invariance(
                 self.runner.observe("batch_invariance", minimal, "disabled")

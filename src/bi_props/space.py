@@ -50,6 +50,7 @@ class Space:
     # Runner limits.
     example_timeout_s: float = 60.0
     start_timeout_s: float = 300.0
+    control_examples: int = 200
     # What to explore.
     ops: tuple[str, ...] = tuple(OPS)
     dtypes: tuple[str, ...] = DTYPES
@@ -76,7 +77,7 @@ _SECTIONS: dict[str, dict[str, str]] = {
         "database": "str",
         "print_blob": "bool",
     },
-    "runner": {"example_timeout_s": "num", "start_timeout_s": "num"},
+    "runner": {"example_timeout_s": "num", "start_timeout_s": "num", "control_examples": "int"},
     "ops": {"include": "list[str]", "exclude": "list[str]"},
     "dtypes": {"choices": "list[str]"},
     "layouts": {"choices": "list[str]"},
@@ -159,6 +160,7 @@ def parse(data: dict[str, Any], source: str, profile: str) -> Space:
         ("hypothesis", "print_blob"): "print_blob",
         ("runner", "example_timeout_s"): "example_timeout_s",
         ("runner", "start_timeout_s"): "start_timeout_s",
+        ("runner", "control_examples"): "control_examples",
         ("shapes", "rows"): "rows",
         ("shapes", "dim"): "dim",
         ("batch", "max_companions"): "max_companions",
