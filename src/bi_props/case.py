@@ -1,8 +1,8 @@
 """The Case: what one example asks a worker to run.
 
-A case never holds tensors. It holds shapes, dtype, layouts, a value class and integer seeds, and the
-worker materialises the tensors from them deterministically. So a case is cheap to draw and shrink,
-picklable, and its ``repr`` is a line of Python that can be pasted into a reproducer.
+A case never holds tensors. It holds shapes, dtype, layouts, a value class and integer seeds, and
+the worker materialises the tensors from them deterministically. So a case is cheap to draw and to
+shrink, picklable, and its ``repr`` is a line of Python that can be pasted into a reproducer.
 """
 
 from __future__ import annotations
@@ -94,5 +94,16 @@ class Case:
         return f"Case({', '.join(parts)})"
 
     def __hash__(self) -> int:
-        return hash((self.op, self.entry, self.dtype, self.shape, self.layouts, self.values,
-                     self.seed, self.options, self.batch))
+        return hash(
+            (
+                self.op,
+                self.entry,
+                self.dtype,
+                self.shape,
+                self.layouts,
+                self.values,
+                self.seed,
+                self.options,
+                self.batch,
+            )
+        )

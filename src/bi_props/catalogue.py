@@ -55,7 +55,7 @@ class OpInfo:
     exact_amplitude: Callable[[Case], int]
     """Largest integer magnitude for the ``exact`` value class (0: exactness is never sound)."""
     batchable: Callable[[Case], bool] = lambda case: True
-    """Whether 'row alone == row in a batch' is meaningful for this case (not for full reductions)."""
+    """Whether 'row alone == row in a batch' means anything for this case (not for full sums)."""
     output_batch_axes: tuple[int, ...] = (0,)
     notes: str = ""
     option_choices: dict[str, tuple[Any, ...]] = field(default_factory=dict)
@@ -113,7 +113,9 @@ def _product_reference(a: np.ndarray, b: np.ndarray, k: int, dtype: str) -> Refe
     with np.errstate(all="ignore"):
         value = a @ b
         magnitude = np.abs(a) @ np.abs(b)
-    return Reference(value, _output_rounding(value, _gamma(k, _u(dtype)) * magnitude, dtype, magnitude), dtype)
+    return Reference(
+        value, _output_rounding(value, _gamma(k, _u(dtype)) * magnitude, dtype, magnitude), dtype
+    )
 
 
 def _mm_shapes(case: Case, rows: int) -> tuple[tuple[int, ...], ...]:
@@ -208,7 +210,7 @@ def _addmm_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[i
 
 
 def _addmm_reference(x: Sequence[np.ndarray], case: Case, lengths: Sequence[int]):
-    """beta*C + alpha*(A@B): beta and alpha are drawn as powers of two (or 0), so scaling is exact."""
+    """beta*C + alpha*(A@B); beta and alpha are powers of two (or 0), so scaling is exact."""
     c, a, b = x
     beta, alpha = case.opt("beta", 1), case.opt("alpha", 1)
     k, dtype = case.shape[1], out_dtype(case)
@@ -471,7 +473,7 @@ def _add_rms_norm_call(entry: str, args: Sequence[Any], case: Case, lengths: Seq
 
 def _add_rms_norm_reference(x: Sequence[np.ndarray], case: Case, lengths: Sequence[int]):
     """The residual output x + residual is one rounding of an exact sum: bitwise on exact inputs,
-    within one rounding otherwise. y is rms_norm of the *rounded* sum, as every kernel computes it."""
+    within one rounding otherwise. y is rms_norm of the *rounded* sum, as kernels compute it."""
     from .compare import bits_to_float64, round_to_bits
 
     dtype = case.dtype
@@ -542,7 +544,8 @@ def _attention_reference(x: Sequence[np.ndarray], case: Case, lengths: Sequence[
             p = p / p.sum(-1, keepdims=True)
             out = np.einsum("hij,jhd->ihd", p, vs)
             weighted = np.einsum("hij,jhd->ihd", p, np.abs(vs))
-            d = _gamma(head_dim + 2, _u(case.dtype)) * np.where(mask, 0, score_mag).max(-1)  # (h, i)
+            # d: the error of each score, per (head, query).
+            d = _gamma(head_dim + 2, _u(case.dtype)) * np.where(mask, 0, score_mag).max(-1)
             spread = np.where(mask, 0, np.abs(scores - m)).max(-1)
             rel = 2 * d + _u(case.dtype) * (2 * spread + length + head_dim + 8)
             value[sl] = out

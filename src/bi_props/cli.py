@@ -1,6 +1,6 @@
 """The ``bi-props`` command: fuzz | doctor.
 
-Exit status: 0 clean, 1 findings (or a target that cannot run, for doctor), 2 usage or set-up errors.
+Exit status: 0 clean, 1 findings (or, for doctor, a target that cannot run), 2 usage errors.
 """
 
 from __future__ import annotations
@@ -14,7 +14,8 @@ from .profiles import DEFAULT_TARGETS
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="bi-props", description="Property-based differential tester for batch-invariant kernels"
+        prog="bi-props",
+        description="Property-based differential tester for batch-invariant kernels",
     )
     sub = parser.add_subparsers(dest="command", required=True)
     fuzz = sub.add_parser("fuzz", help="run every property on a target within a time budget")
@@ -36,7 +37,9 @@ def _space(args: argparse.Namespace):
     from .space import SpaceError, load, load_profile
 
     try:
-        space = load(args.strategies, args.profile) if args.strategies else load_profile(args.profile)
+        space = (
+            load(args.strategies, args.profile) if args.strategies else load_profile(args.profile)
+        )
     except SpaceError as exc:
         raise SystemExit(_usage(f"bad strategies file: {exc}")) from None
     if args.ops:
@@ -68,8 +71,9 @@ def _fuzz(args: argparse.Namespace) -> int:
     try:
         return fuzz(session, args.budget, args.out)
     except WorkerFailure as exc:
-        print(f"bi-props: the worker for target {target!r} failed to start:\n{exc}",
-              file=sys.stderr)
+        print(
+            f"bi-props: the worker for target {target!r} failed to start:\n{exc}", file=sys.stderr
+        )
         return 2
 
 

@@ -177,9 +177,7 @@ def _mismatch(
     )
 
 
-def compare_bits(
-    actual: np.ndarray, desired: np.ndarray, dtype: str, what: str
-) -> Mismatch | None:
+def compare_bits(actual: np.ndarray, desired: np.ndarray, dtype: str, what: str) -> Mismatch | None:
     """Bitwise equality of two same-shaped bit-pattern arrays (NaN == NaN, -0.0 != +0.0)."""
     bad = actual != desired
     if not bad.any():

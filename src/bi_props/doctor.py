@@ -35,8 +35,11 @@ def doctor(target: str, out: TextIO = sys.stdout) -> int:
     ok = True
     try:
         for switch in ("disabled", "enabled"):
-            print(f"\n[{switch}] worker with VLLM_BATCH_INVARIANT="
-                  f"{'1' if switch == 'enabled' else '0'}", file=out)
+            print(
+                f"\n[{switch}] worker with VLLM_BATCH_INVARIANT="
+                f"{'1' if switch == 'enabled' else '0'}",
+                file=out,
+            )
             try:
                 hello = runner.hello(switch)
             except WorkerFailure as exc:

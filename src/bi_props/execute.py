@@ -60,7 +60,7 @@ def observe_batch_invariance(case: Case, target: Target) -> dict[str, Any]:
     if result is not None:
         offset = case.batch.needle_offset(case.shape[0])
         sliced = []
-        for t, axis in zip(result, info.output_batch_axes):
+        for t, axis in zip(result, info.output_batch_axes, strict=False):
             sliced.append(_tensor_bits(t[row_slice(offset, case.shape[0], axis, t.dim())]))
         together = Call(outputs=tuple(sliced))
     return {"calls": {"alone": alone, "in_batch": together}}
@@ -81,7 +81,9 @@ def observe_parity(case: Case, target: Target) -> dict[str, Any]:
     samples = needle(case)
     _, call = _invoke(case, operands(case, samples, target.device), [case.shape[0]])
     if call.outputs is not None:
-        call = Call(outputs=tuple(TensorBits(o.dtype, o.shape, o.device, None) for o in call.outputs))
+        call = Call(
+            outputs=tuple(TensorBits(o.dtype, o.shape, o.device, None) for o in call.outputs)
+        )
     return {"calls": {"op": call}}
 
 

@@ -19,10 +19,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 
-from .runner.controller import WorkerFailure
-from .session import PropertyFailed, Session
+from .runner.controller import InternalError
+from .session import Session
 from .space import Space
-from .strategies import PROPERTIES, cases
+from .strategies import PROPERTIES
 
 SLICE_EXAMPLES = 10
 
@@ -64,7 +64,7 @@ def run_slice(session: Session, cell: Cell, examples: int, database, seed: int |
     """Run up to ``examples`` examples of one cell; return how many ran. Failures are recorded by
     the session on Hypothesis' final replay and retire the cell."""
     count = 0
-    entries = session.entries(cell.op)
+    strategy = session.strategy(cell.op, cell.prop)
 
     @settings(
         max_examples=examples,
@@ -78,7 +78,7 @@ def run_slice(session: Session, cell: Cell, examples: int, database, seed: int |
     def slice_test(data):
         nonlocal count
         count += 1
-        case = data.draw(cases(session.space, cell.op, cell.prop, entries), label="case")
+        case = data.draw(strategy, label="case")
         session.check(cell.op, cell.prop, cell.switch, case)
 
     slice_test.hypothesis.inner_test._hypothesis_internal_add_digest = (
@@ -86,7 +86,9 @@ def run_slice(session: Session, cell: Cell, examples: int, database, seed: int |
     )
     try:
         slice_test()
-    except (PropertyFailed, WorkerFailure, ExceptionGroup):
+    except InternalError:
+        raise
+    except Exception:  # a finding (PropertyFailed, WorkerFailure, or several at once)
         cell.done = True
     return count
 
@@ -117,8 +119,9 @@ def fuzz(
     try:
         hello = session.hello("disabled")
         if hello.status != "ready":
-            print(f"bi-props: target {session.target!r} is {hello.status}:\n{hello.message}",
-                  file=log)
+            print(
+                f"bi-props: target {session.target!r} is {hello.status}:\n{hello.message}", file=log
+            )
             return 2
         for op in session.space.ops:
             if time.monotonic() >= deadline:
@@ -133,8 +136,9 @@ def fuzz(
                 if time.monotonic() >= deadline:
                     break
                 cell.examples += run_slice(session, cell, SLICE_EXAMPLES, database, seed)
-                progress(f"{cell.name}: {cell.examples} examples"
-                         + (" -> FINDING" if cell.done else ""))
+                progress(
+                    f"{cell.name}: {cell.examples} examples" + (" -> FINDING" if cell.done else "")
+                )
     except (KeyboardInterrupt, Interrupted):
         interrupted = True
         progress("interrupted: writing the report")

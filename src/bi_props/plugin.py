@@ -6,12 +6,11 @@ space, the runner and the workers are created only when property tests are colle
 
 from __future__ import annotations
 
-
 from pathlib import Path
 
 import pytest
 
-from .profiles import DEFAULT_TARGETS, PROFILES, register_profiles
+from .profiles import PROFILES, register_profiles
 
 register_profiles()
 
@@ -21,15 +20,29 @@ PARAMS = ("bi_op", "bi_property", "bi_switch")
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("bi_props", "batch-invariance property tests")
-    group.addoption("--bi-target", default=None,
-                    help="system under test: cpu, vllm, ascend, or some.module[:attr]; "
-                         "default: the profile's")
-    group.addoption("--bi-strategies", default=None, metavar="PATH",
-                    help="search-space TOML file; default: the profile's strategies/<profile>.toml")
-    group.addoption("--bi-allow-missing", action="store_true", default=False,
-                    help="skip (loudly) instead of failing when the target's stack is missing")
-    group.addoption("--bi-report", default=None, metavar="PATH",
-                    help="write findings and negative controls as JSON to PATH")
+    group.addoption(
+        "--bi-target",
+        default=None,
+        help="system under test: cpu, vllm, ascend, or some.module[:attr]; default: the profile's",
+    )
+    group.addoption(
+        "--bi-strategies",
+        default=None,
+        metavar="PATH",
+        help="search-space TOML file; default: the profile's strategies/<profile>.toml",
+    )
+    group.addoption(
+        "--bi-allow-missing",
+        action="store_true",
+        default=False,
+        help="skip (loudly) instead of failing when the target's stack is missing",
+    )
+    group.addoption(
+        "--bi-report",
+        default=None,
+        metavar="PATH",
+        help="write findings and negative controls as JSON to PATH",
+    )
 
 
 class BiPropsState:
@@ -59,8 +72,10 @@ class BiPropsState:
 
             path = self.config.getoption("bi_strategies")
             try:
-                self._space = load(path, self.profile) if path else load_profile(
-                    self.profile if self.profile in PROFILES else "dev"
+                self._space = (
+                    load(path, self.profile)
+                    if path
+                    else load_profile(self.profile if self.profile in PROFILES else "dev")
                 )
             except SpaceError as exc:
                 raise pytest.UsageError(f"bi_props: bad strategies file: {exc}") from None
@@ -102,8 +117,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     params = []
     for op in state.space.ops:
         if control:
-            params.append(pytest.param(op, "batch_invariance", "disabled",
-                                       id=f"{op}-batch_invariance-disabled"))
+            params.append(
+                pytest.param(
+                    op, "batch_invariance", "disabled", id=f"{op}-batch_invariance-disabled"
+                )
+            )
             continue
         for prop in PROPERTIES:
             switches = ("both",) if prop == "parity" else ("enabled", "disabled")
@@ -128,8 +146,9 @@ def pytest_collection_modifyitems(
     try:
         hello = state.session.hello("disabled")
     except WorkerFailure as exc:
-        raise pytest.UsageError(f"bi_props: the worker for target {state.target!r} did not "
-                                f"start:\n{exc}") from None
+        raise pytest.UsageError(
+            f"bi_props: the worker for target {state.target!r} did not start:\n{exc}"
+        ) from None
     if hello.status == "ready":
         return
     message = (
@@ -158,28 +177,35 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     tr = terminalreporter
     if state.missing:
         tr.section("bi_props: NOT RUN ON THE INTENDED HARDWARE", sep="!", red=True, bold=True)
-        tr.line(f"{state.skipped} property tests did not run: {state.missing}", red=True,
-                bold=True)
+        tr.line(f"{state.skipped} property tests did not run: {state.missing}", red=True, bold=True)
     session = state._session
     if session is None:
         return
     tr.section("bi_props")
-    tr.line(f"target {session.target!r}, profile {state.profile!r}, strategies "
-            f"{session.space.source}; {session.runner.examples} examples in "
-            f"{session.runner.starts} worker processes")
+    tr.line(
+        f"target {session.target!r}, profile {state.profile!r}, strategies "
+        f"{session.space.source}; {session.runner.examples} examples in "
+        f"{session.runner.starts} worker processes"
+    )
     for control in session.controls:
         if control.variance_seen:
-            tr.line(f"negative control {control.op}: batch variance SEEN with the switch off; "
-                    f"smallest case: {control.case}")
+            tr.line(
+                f"negative control {control.op}: batch variance SEEN with the switch off; "
+                f"smallest case: {control.case}"
+            )
         else:
             tr.line(f"negative control {control.op}: {control.message}")
     for op, why in session.not_covered.items():
         tr.line(f"not covered: {op}: {why}", yellow=True)
     for f in session.findings:
         fresh = {True: "reproduced", False: "NOT reproduced", None: "not re-run"}[
-            f.reproduced_in_fresh_process]
-        tr.line(f"finding: {f.op} {f.property} [{f.switch}] {f.kind} ({fresh} in a fresh "
-                f"process): {f.case}", red=True)
+            f.reproduced_in_fresh_process
+        ]
+        tr.line(
+            f"finding: {f.op} {f.property} [{f.switch}] {f.kind} ({fresh} in a fresh "
+            f"process): {f.case}",
+            red=True,
+        )
     if session.report_path is not None:
         tr.line(f"report: {session.report_path}")
 
@@ -188,6 +214,3 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     state = config.stash.get(_KEY, None)
     if state is not None and state._session is not None:
         state._session.close()
-
-
-

@@ -43,10 +43,12 @@ def _same_outputs(a: Call, b: Call, what: str) -> Verdict:
     assert a.outputs is not None and b.outputs is not None
     if len(a.outputs) != len(b.outputs):
         return _fail(f"{what}: {len(a.outputs)} outputs vs {len(b.outputs)}")
-    for index, (x, y) in enumerate(zip(a.outputs, b.outputs)):
+    for index, (x, y) in enumerate(zip(a.outputs, b.outputs, strict=False)):
         label = f"{what}, output {index}" if len(a.outputs) > 1 else what
         if (x.dtype, x.shape) != (y.dtype, y.shape):
-            return _fail(f"{label}: dtype/shape {x.dtype}{list(x.shape)} vs {y.dtype}{list(y.shape)}")
+            return _fail(
+                f"{label}: dtype/shape {x.dtype}{list(x.shape)} vs {y.dtype}{list(y.shape)}"
+            )
         assert x.bits is not None and y.bits is not None
         mismatch = compare_bits(x.bits, y.bits, x.dtype, label)
         if mismatch is not None:
@@ -56,14 +58,18 @@ def _same_outputs(a: Call, b: Call, what: str) -> Verdict:
 
 def batch_invariance(obs: Observation) -> Verdict:
     """The needle's rows alone are bitwise equal to the same rows inside the batch."""
-    return _same_outputs(obs.calls["in_batch"], obs.calls["alone"],
-                         "needle rows inside the batch (actual) vs alone (desired)")
+    return _same_outputs(
+        obs.calls["in_batch"],
+        obs.calls["alone"],
+        "needle rows inside the batch (actual) vs alone (desired)",
+    )
 
 
 def determinism(obs: Observation) -> Verdict:
     """The same call on the same tensors, twice, gives the same bits."""
-    return _same_outputs(obs.calls["second"], obs.calls["first"],
-                         "second run (actual) vs first run (desired)")
+    return _same_outputs(
+        obs.calls["second"], obs.calls["first"], "second run (actual) vs first run (desired)"
+    )
 
 
 def reference(obs: Observation) -> Verdict:
@@ -72,7 +78,7 @@ def reference(obs: Observation) -> Verdict:
     if call.raised:
         return _fail(f"the op raised {call.describe_error()}", "error", call.error_type)
     assert call.outputs is not None and obs.references is not None
-    for index, (out, ref) in enumerate(zip(call.outputs, obs.references)):
+    for index, (out, ref) in enumerate(zip(call.outputs, obs.references, strict=False)):
         label = f"output {index}" if len(call.outputs) > 1 else "output"
         if out.dtype != ref.dtype or tuple(out.shape) != tuple(ref.value.shape):
             return _fail(
@@ -132,7 +138,7 @@ def routing(obs: Observation, hello: Hello, op: str) -> Verdict:
 
 
 def parity(enabled: Observation, disabled: Observation) -> Verdict:
-    """Switching on changes nothing of the contract: raising, exception type, dtype, shape, device."""
+    """Switching on changes no contract: raising, exception type, dtype, shape, device."""
     a, b = enabled.calls["op"], disabled.calls["op"]
     if a.raised != b.raised or a.error_type != b.error_type:
         return _fail(

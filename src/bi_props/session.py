@@ -1,7 +1,7 @@
 """One testing session against one target: runner, space, findings, controls, coverage.
 
-Shared by the pytest suite and the CLI. Imports Hypothesis (to draw and to know the final replay) but
-never torch: everything that touches tensors happens in the workers.
+Shared by the pytest suite and the CLI. Imports Hypothesis (to draw, and to know the final replay)
+but never torch: everything that touches tensors happens in the workers.
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ class Session:
     not_covered: dict[str, str] = field(default_factory=dict)
     report_path: Path | None = None
     started: float = field(default_factory=time.time)
+    _strategies: dict = field(default_factory=dict, repr=False)
 
     def __post_init__(self) -> None:
         self.runner = Runner(
@@ -80,6 +81,13 @@ class Session:
     def entries(self, op: str) -> tuple[str, ...] | None:
         return self.hello("enabled").entries.get(op) or None
 
+    def strategy(self, op: str, prop: str):
+        """The case strategy of one cell, built once (Hypothesis validates each new strategy)."""
+        key = (op, prop)
+        if key not in self._strategies:
+            self._strategies[key] = cases(self.space, op, prop, self.entries(op))
+        return self._strategies[key]
+
     def covered(self, op: str) -> bool:
         return op in self.hello("enabled").covered
 
@@ -89,7 +97,9 @@ class Session:
         """Observe and judge one case; worker crashes and hangs propagate as WorkerFailure."""
         observe = self.runner.fresh if fresh else self.runner.observe
         if prop == "parity":
-            return properties.parity(observe(prop, case, "enabled"), observe(prop, case, "disabled"))
+            return properties.parity(
+                observe(prop, case, "enabled"), observe(prop, case, "disabled")
+            )
         observation = observe(prop, case, switch)
         if prop == "routing":
             return properties.routing(observation, self.hello(switch), op)
@@ -115,14 +125,22 @@ class Session:
         raise PropertyFailed(f"{prop} [{switch}] on {op}:\n{verdict.message}")
 
     def _final(
-        self, op: str, prop: str, switch: str, case: Case, kind: str, message: str, error: str | None
+        self,
+        op: str,
+        prop: str,
+        switch: str,
+        case: Case,
+        kind: str,
+        message: str,
+        error: str | None,
     ) -> None:
         if not _is_final_replay():
             return
         reproduced = self._reproduces_fresh(op, prop, switch, case)
         note(f"Reproduced in a fresh worker process: {reproduced}")
-        self.record(Finding(self.target, op, prop, switch, kind, repr(case), message, reproduced,
-                            error))
+        self.record(
+            Finding(self.target, op, prop, switch, kind, repr(case), message, reproduced, error)
+        )
 
     def _reproduces_fresh(self, op: str, prop: str, switch: str, case: Case) -> bool:
         try:
@@ -144,7 +162,7 @@ class Session:
         Never a failure: it shows that the test can see variance at all (stock kernels are not
         promised to be invariant). The search stops at the first variance it sees, so its budget,
         ``[runner] control_examples`` of the space, is only spent where no variance exists."""
-        strategy = cases(self.space, op, "batch_invariance", self.entries(op))
+        strategy = self.strategy(op, "batch_invariance")
 
         def variant(case: Case) -> bool:
             obs = self.runner.observe("batch_invariance", case, "disabled")
@@ -155,8 +173,9 @@ class Session:
         try:
             minimal = find(strategy, variant, settings=budget, database_key=key)
         except NoSuchExample:
-            result = Control(op, False, None,
-                             f"no batch variance seen in {budget.max_examples} examples")
+            result = Control(
+                op, False, None, f"no batch variance seen in {budget.max_examples} examples"
+            )
         else:
             verdict = properties.batch_invariance(
                 self.runner.observe("batch_invariance", minimal, "disabled")

@@ -1,8 +1,8 @@
 """Search spaces as data: load and validate ``strategies/<profile>.toml``.
 
 A space says which ops, dtypes, layouts, value classes and extents a profile explores, and carries
-the profile's Hypothesis settings and runner limits. Every problem is reported once, naming the file,
-the key and what is wrong, because a typo in a nightly configuration should not cost a night.
+the profile's Hypothesis settings and runner limits. Every problem is reported once, naming the
+file, the key and what is wrong, because a typo in a nightly configuration should not cost a night.
 """
 
 from __future__ import annotations
@@ -99,11 +99,14 @@ def _check(source: str, key: str, kind: str, value: Any) -> Any:
         "num": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
         "bool": lambda v: isinstance(v, bool),
         "list[str]": lambda v: isinstance(v, list) and all(isinstance(x, str) for x in v),
-        "list[int]": lambda v: isinstance(v, list)
-        and all(isinstance(x, int) and not isinstance(x, bool) for x in v),
-        "extent": lambda v: isinstance(v, dict)
-        and set(v) == {"min", "max"}
-        and all(isinstance(x, int) and not isinstance(x, bool) for x in v.values()),
+        "list[int]": lambda v: (
+            isinstance(v, list) and all(isinstance(x, int) and not isinstance(x, bool) for x in v)
+        ),
+        "extent": lambda v: (
+            isinstance(v, dict)
+            and set(v) == {"min", "max"}
+            and all(isinstance(x, int) and not isinstance(x, bool) for x in v.values())
+        ),
     }[kind]
     if not ok(value):
         want = {"extent": "a table like { min = 1, max = 64 }"}.get(kind, kind)
@@ -193,7 +196,9 @@ def parse(data: dict[str, Any], source: str, profile: str) -> Space:
         ("values", VALUE_CLASSES, "values"),
     ):
         if (section, "choices") in fields:
-            space[name] = _choices(source, f"{section}.choices", fields[section, "choices"], allowed)
+            space[name] = _choices(
+                source, f"{section}.choices", fields[section, "choices"], allowed
+            )
     if ("shapes", "boundaries") in fields:
         space["boundaries"] = tuple(fields["shapes", "boundaries"])
     if ("attention", "head_dims") in fields:

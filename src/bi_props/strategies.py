@@ -1,13 +1,15 @@
 """Hypothesis strategies for cases, built from a validated Space.
 
-Hypothesis draws only small integers and choices (shapes, dtype, layouts, a value class, seeds, a batch
-composition); tensors are materialised from seeds in the worker. So drawing is cheap and shrinking
-works on meaningful knobs: fewer rows, smaller dims, fewer companions, the first choice of each list.
-Extents are biased toward tile boundaries (powers of two and their neighbours, multiples of 16 +- 1),
-where batch-variant kernels switch algorithms.
+Hypothesis draws only small integers and choices (shapes, dtype, layouts, a value class, seeds, a
+batch composition); tensors are materialised from seeds in the worker. So drawing is cheap and
+shrinking works on meaningful knobs: fewer rows, smaller dims, fewer companions, the first choice of
+each list. Extents are biased toward tile boundaries (powers of two and their neighbours, multiples
+of 16 +- 1), where batch-variant kernels switch algorithms.
 """
 
 from __future__ import annotations
+
+from functools import lru_cache
 
 from hypothesis import strategies as st
 
@@ -40,9 +42,22 @@ def boundary_values(extent: Extent, boundaries: tuple[int, ...]) -> list[int]:
     return sorted(v for v in marks if extent.min <= v <= extent.max)
 
 
+@lru_cache(maxsize=4096)
+def choice(options: tuple) -> st.SearchStrategy:
+    """``sampled_from``, built once per option tuple: drawing a case must cost microseconds, and
+    Hypothesis validates every new strategy object."""
+    return st.sampled_from(options)
+
+
+@lru_cache(maxsize=4096)
+def integers(low: int, high: int) -> st.SearchStrategy[int]:
+    return st.integers(low, high)
+
+
+@lru_cache(maxsize=4096)
 def extents(extent: Extent, boundaries: tuple[int, ...]) -> st.SearchStrategy[int]:
     """An integer in the extent, half of the time on a tile boundary; shrinks toward ``min``."""
-    plain = st.integers(extent.min, extent.max)
+    plain = integers(extent.min, extent.max)
     edges = boundary_values(extent, boundaries)
     if not edges:
         return plain
@@ -55,7 +70,6 @@ def _clip(extent: Extent, low: int | None = None, high: int | None = None) -> Ex
     return Extent(lo, max(lo, hi))
 
 
-@st.composite
 def _op_shape_and_options(draw: st.DrawFn, space: Space, op: OpInfo, prop: str) -> tuple:
     """Draw ``(shape, options)`` for one op. The first shape entry is the needle's rows."""
     dim = space.dim_for(op.name)
@@ -63,82 +77,86 @@ def _op_shape_and_options(draw: st.DrawFn, space: Space, op: OpInfo, prop: str) 
     rows = extents(space.rows, b)
     if prop == "batch_invariance":
         # A needle is a few rows; the batch's companions supply the large M.
-        rows = st.integers(space.rows.min, min(space.rows.max, 4))
+        rows = integers(space.rows.min, min(space.rows.max, 4))
     d = extents(dim, b)
     small = extents(_clip(dim, high=64), b)
     options: dict = {}
     name = op.name
     if name in ("mm", "addmm", "linear") or (name == "matmul"):
         if name == "matmul":
-            options["form"] = draw(st.sampled_from(op.option_choices["form"]))
+            options["form"] = draw(choice(tuple(op.option_choices["form"])))
         if name == "addmm":
-            options["beta"] = draw(st.sampled_from(op.option_choices["beta"]))
-            options["alpha"] = draw(st.sampled_from(op.option_choices["alpha"]))
-            options["bias"] = draw(st.sampled_from(op.option_choices["bias"]))
+            options["beta"] = draw(choice(tuple(op.option_choices["beta"])))
+            options["alpha"] = draw(choice(tuple(op.option_choices["alpha"])))
+            options["bias"] = draw(choice(tuple(op.option_choices["bias"])))
         if name == "linear":
             options["bias"] = draw(st.booleans().map(lambda x: not x))
-            options["form"] = draw(st.sampled_from(op.option_choices["form"]))
+            options["form"] = draw(choice(tuple(op.option_choices["form"])))
         form = options.get("form", "2d")
         if form == "vector":
             return (draw(rows), draw(d)), options
         if form in ("batched", "broadcast"):
-            return (draw(rows), draw(st.integers(1, 8)), draw(d), draw(d)), options
+            return (draw(rows), draw(integers(1, 8)), draw(d), draw(d)), options
         if form == "3d":
-            return (draw(rows), draw(st.integers(1, 8)), draw(d), draw(d)), options
+            return (draw(rows), draw(integers(1, 8)), draw(d), draw(d)), options
         return (draw(rows), draw(d), draw(d)), options
     if name == "bmm":
         return (draw(rows), draw(small), draw(d), draw(d)), options
     if name in ("sum", "mean"):
         batch = prop == "batch_invariance"
-        rank = draw(st.integers(2 if batch else 1, 3))
+        rank = draw(integers(2 if batch else 1, 3))
         shape = (draw(rows), *(draw(small if rank == 3 else d) for _ in range(rank - 1)))
         choices: list = [-1, rank - 1]
         if rank == 3:
             choices += [1, (1, 2), (-2,)]
         if not batch:
             choices += [None, 0, tuple(range(rank))]
-        options["dim"] = draw(st.sampled_from(choices))
+        options["dim"] = draw(choice(tuple(choices)))
         if options["dim"] is not None:
             options["keepdim"] = draw(st.booleans())
-        options["dtype"] = draw(st.sampled_from([None, "float32"]))
+        options["dtype"] = draw(choice(tuple([None, "float32"])))
         return shape, options
     if name in ("softmax", "log_softmax"):
-        rank = draw(st.integers(2, 3))
+        rank = draw(integers(2, 3))
         shape = (draw(rows), *(draw(small if rank == 3 else d) for _ in range(rank - 1)))
-        dims = list(range(1, rank)) + [-1]
+        dims = [*range(1, rank), -1]
         if prop != "batch_invariance":
             dims.append(0)
-        options["dim"] = draw(st.sampled_from(sorted(set(dims), key=lambda x: (x != -1, x))))
-        options["dtype"] = draw(st.sampled_from([None, "float32"]))
+        options["dim"] = draw(choice(tuple(sorted(set(dims), key=lambda x: (x != -1, x)))))
+        options["dtype"] = draw(choice(tuple([None, "float32"])))
         return shape, options
     if name in ("rms_norm", "add_rms_norm"):
         if name == "rms_norm":
-            options["eps"] = draw(st.sampled_from([None, 1e-6]))
+            options["eps"] = draw(choice(tuple([None, 1e-6])))
         return (draw(rows), draw(extents(_clip(dim, low=1), b))), options
     if name == "attention":
         length = extents(space.attention_length, b)
         if prop == "batch_invariance":
-            length = st.integers(space.attention_length.min, min(space.attention_length.max, 8))
-        kv_heads = draw(st.sampled_from([1, 2]))
-        heads = kv_heads * draw(st.sampled_from([1, 2, 4]))
-        head_dim = draw(st.sampled_from(space.head_dims))
+            length = integers(space.attention_length.min, min(space.attention_length.max, 8))
+        kv_heads = draw(choice(tuple([1, 2])))
+        heads = kv_heads * draw(choice(tuple([1, 2, 4])))
+        head_dim = draw(choice(tuple(space.head_dims)))
         return (draw(length), heads, kv_heads, head_dim), options
     raise AssertionError(f"no shape strategy for op {name!r}")  # pragma: no cover
 
 
-def _batch(space: Space, op: OpInfo) -> st.SearchStrategy[Batch]:
+@lru_cache(maxsize=1024)
+def _companions(rows: st.SearchStrategy[int], max_companions: int) -> st.SearchStrategy:
+    return st.lists(
+        st.builds(Companion, seed=SEEDS, rows=rows), min_size=1, max_size=max_companions
+    )
+
+
+def _batch(draw: st.DrawFn, space: Space, op: OpInfo) -> Batch:
     if op.name == "attention":
         rows = extents(space.attention_length, space.boundaries)
     elif op.name == "bmm" or (op.name == "matmul"):
-        rows = st.integers(1, min(space.companion_rows.max, 16))
+        rows = integers(1, min(space.companion_rows.max, 16))
     else:
         rows = extents(space.companion_rows, space.boundaries)
-    companions = st.lists(
-        st.builds(Companion, seed=SEEDS, rows=rows), min_size=1, max_size=space.max_companions
-    )
-    return companions.flatmap(
-        lambda cs: st.integers(0, len(cs)).map(lambda p: Batch(position=p, companions=tuple(cs)))
-    )
+    companions = draw(_companions(rows, space.max_companions))
+    position = draw(integers(0, len(companions)))
+    return Batch(position=position, companions=tuple(companions))
 
 
 @st.composite
@@ -152,21 +170,21 @@ def cases(
     """One Case for ``op`` under property ``prop``; ``entries`` may replace the op's entry points
     (a target whose users call another function, e.g. torch_npu's)."""
     info = OPS[op]
-    shape, options = draw(_op_shape_and_options(space, info, prop))
+    shape, options = _op_shape_and_options(draw, space, info, prop)
     provisional = Case(op, "", space.dtypes[0], shape, (), "general", 0, options)
     n_operands = len(info.operands(provisional))
-    entry = draw(st.sampled_from(entries or info.entries))
-    dtype = draw(st.sampled_from(space.dtypes))
-    layouts = tuple(draw(st.sampled_from(space.layouts)) for _ in range(n_operands))
+    entry = draw(choice(tuple(entries or info.entries)))
+    dtype = draw(choice(tuple(space.dtypes)))
+    layouts = tuple(draw(choice(tuple(space.layouts))) for _ in range(n_operands))
     allowed = [v for v in _VALUES_FOR[prop] if v in space.values] or ["general"]
-    values = draw(st.sampled_from(allowed))
+    values = draw(choice(tuple(allowed)))
     seed = draw(SEEDS)
     case = Case(op, entry, dtype, shape, layouts, values, seed, options)
     if values == "exact" and info.exact_amplitude(case) < 1:
         # No integer range keeps every partial result exact here: fall back, deterministically.
         case = Case(op, entry, dtype, shape, layouts, "general", seed, options)
     if prop in ("batch_invariance", "determinism"):
-        batch = draw(_batch(space, info))
+        batch = _batch(draw, space, info)
         case = case.with_batch(batch)
     return case
 

@@ -245,8 +245,9 @@ class Runner:
     def observe(self, prop: str, case: Case, switch: str) -> Observation:
         worker = self.worker(switch)
         if worker.hello is not None and worker.hello.status != "ready":
-            raise WorkerStartFailure(f"target {self.target!r} is {worker.hello.status}: "
-                                     f"{worker.hello.message}")
+            raise WorkerStartFailure(
+                f"target {self.target!r} is {worker.hello.status}: {worker.hello.message}"
+            )
         start = time.perf_counter()
         try:
             observation = worker.request(

@@ -1,4 +1,4 @@
-"""Length-prefixed pickle frames over a pipe. Shared by controller and worker; imports nothing else."""
+"""Length-prefixed pickle frames over a pipe, shared by controller and worker (imports nothing)."""
 
 from __future__ import annotations
 

@@ -7,15 +7,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from bi_props.strategies import cases
-
 
 @pytest.mark.bi_props
 @given(data=st.data())
 def test_property(bi_props_session, bi_op, bi_property, bi_switch, data):
     session = bi_props_session
-    strategy = cases(session.space, bi_op, bi_property, session.entries(bi_op))
-    case = data.draw(strategy, label="case")
+    case = data.draw(session.strategy(bi_op, bi_property), label="case")
     session.check(bi_op, bi_property, bi_switch, case)
 
 

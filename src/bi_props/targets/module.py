@@ -45,8 +45,9 @@ def _load(spec: str) -> Any:
     try:
         return getattr(module, attr)
     except AttributeError:
-        raise TargetBroken(f"target {spec!r}: module {module_name!r} has no attribute "
-                           f"{attr!r}") from None
+        raise TargetBroken(
+            f"target {spec!r}: module {module_name!r} has no attribute {attr!r}"
+        ) from None
 
 
 class ModuleTarget(Target):

@@ -1,0 +1,70 @@
+"""Stock (plain torch, not batch-invariant) entry points for catalogue ops that have no aten op.
+
+The catalogue looks these up as attributes of this module at call time, so that switching the
+batch-invariant kernels on (``targets.kernels.install``) can swap them for custom-op-backed
+versions; nothing here should be imported by name (``from bi_props.ops import ...``).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def add_rms_norm(
+    x: Tensor, residual: Tensor, weight: Tensor, eps: float | None = None
+) -> tuple[Tensor, Tensor]:
+    """Fused residual add + rms_norm as models call it: ``(rms_norm(x + residual) * weight,
+    x + residual)``, with stock ``F.rms_norm`` (weight applied inside it, before its rounding)."""
+    total = x + residual
+    return F.rms_norm(total, tuple(weight.shape), weight, eps), total
+
+
+def varlen_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    cu_seqlens: Tensor,
+    scale: float | None = None,
+    causal: bool = True,
+) -> Tensor:
+    """Attention over sequences packed by ``cu_seqlens``; q (T, H, D), k/v (T, Hkv, D).
+
+    Deliberately the shape of real varlen kernels: every sequence is padded to the longest one and
+    one ``scaled_dot_product_attention`` call runs with a boolean mask, so the tiling (and thus the
+    rounding) is chosen by the longest sequence in the batch. Query head h reads kv head
+    h // (H // Hkv). Output (T, H, Dv) in q's dtype.
+    """
+    from .targets.kernels.attention import check_varlen_args
+
+    bounds = check_varlen_args(q, k, v, cu_seqlens)
+    tokens, heads, _ = q.shape
+    lengths = [b - a for a, b in itertools.pairwise(bounds)]
+    longest = max(lengths, default=0)
+    if tokens == 0 or longest == 0:
+        return q.new_zeros((tokens, heads, v.shape[2]))
+    count = len(lengths)
+    seq = torch.repeat_interleave(torch.arange(count), torch.tensor(lengths))
+    pos = torch.arange(tokens) - torch.tensor(bounds[:-1])[seq]
+
+    def pad(t: Tensor) -> Tensor:
+        padded = t.new_zeros((count, longest, *t.shape[1:]))
+        padded[seq, pos] = t
+        return padded.transpose(1, 2)  # (B, heads, L, D)
+
+    group = heads // k.shape[1]
+    qp = pad(q)
+    kp = pad(k).repeat_interleave(group, dim=1)
+    vp = pad(v).repeat_interleave(group, dim=1)
+    index = torch.arange(longest)
+    valid = index[None, :] < torch.tensor(lengths)[:, None]  # (B, L) real keys
+    mask = valid[:, None, None, :].expand(count, 1, longest, longest)
+    if causal:
+        mask = mask & (index[None, :] <= index[:, None])
+    # A padded query row of an empty sequence would have no key: give it one, its output is dropped.
+    mask = mask | ~valid.any(dim=1)[:, None, None, None]
+    out = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=mask, scale=scale)
+    return out.transpose(1, 2)[seq, pos].to(q.dtype)

@@ -1,0 +1,142 @@
+"""Batch-invariant softmax, log_softmax, rms_norm and add_rms_norm (row-wise normalisations)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from torch import Tensor
+
+from .primitives import compute_dtype, exp, log, sqrt, tree_max, tree_sum
+
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def softmax_core(x: Tensor, dim: int, *, log_output: bool = False) -> Tensor:
+    """(log_)softmax of ``x`` (float32 or float64) over ``dim``, in x's dtype.
+
+    max by ``tree_max``; x - max is one correctly rounded subtraction; ``exp``/``log`` are the
+    package's own; the normaliser is a ``tree_sum``; the last step one division (softmax) or
+    subtraction (log_softmax). Every step is elementwise or a tree over ``dim`` alone.
+    """
+    m = tree_max(x, dim).unsqueeze(dim)
+    z = x - m
+    e = exp(z)
+    s = tree_sum(e, dim).unsqueeze(dim)
+    if log_output:
+        return z - log(s)
+    return e / s
+
+
+def _softmax_entry(self: Tensor, dim: int, half_to_float: bool, log_output: bool) -> Tensor:
+    name = "log_softmax" if log_output else "softmax"
+    torch._check(
+        self.is_floating_point(),
+        lambda: (
+            f'"{name}_lastdim_kernel_impl" not implemented for '
+            f"'{str(self.dtype).removeprefix('torch.')}'"
+        ),
+    )
+    torch._check(
+        not half_to_float or self.dtype in _HALF,
+        lambda: "conversion is supported for Half type only",
+    )
+    out_dtype = torch.float32 if half_to_float else self.dtype
+    ndim = max(self.dim(), 1)
+    torch._check_index(
+        -ndim <= dim < ndim,
+        lambda: (
+            f"Dimension out of range (expected to be in range of [{-ndim}, {ndim - 1}], "
+            f"but got {dim})"
+        ),
+    )
+    if self.numel() == 0:
+        return torch.empty(self.shape, dtype=out_dtype, device=self.device)
+    x = self.to(compute_dtype(self.dtype))
+    if x.dim() == 0:
+        return softmax_core(x.reshape(1), 0, log_output=log_output).reshape(()).to(out_dtype)
+    return softmax_core(x, dim % ndim, log_output=log_output).to(out_dtype)
+
+
+@torch.no_grad()
+def softmax(self: Tensor, dim: int, half_to_float: bool = False) -> Tensor:
+    """Batch-invariant ``aten::_softmax``.
+
+    Each row's max and normaliser are pairwise trees over that row's own elements with a shape set
+    by the softmax length; exp is computed elementwise from correctly rounded float64 operations;
+    no step looks at other rows or at how many there are. half_to_float: fp16/bf16 in, fp32 out.
+    """
+    return _softmax_entry(self, dim, half_to_float, log_output=False)
+
+
+@torch.no_grad()
+def log_softmax(self: Tensor, dim: int, half_to_float: bool = False) -> Tensor:
+    """Batch-invariant ``aten::_log_softmax``: (x - max) - log(sum exp(x - max)).
+
+    Same row-local trees and own exp/log as ``softmax``, so a row's result is a function of that
+    row and its length only.
+    """
+    return _softmax_entry(self, dim, half_to_float, log_output=True)
+
+
+@torch.no_grad()
+def rms_norm(
+    input: Tensor,
+    normalized_shape: Sequence[int],
+    weight: Tensor | None = None,
+    eps: float | None = None,
+) -> Tensor:
+    """Batch-invariant ``aten::rms_norm``: x / sqrt(mean(x**2) + eps) * weight.
+
+    The mean of squares is a ``tree_sum`` over the normalised elements of one row and one
+    division; sqrt is the package's own (correctly rounded for float32) and the rest are single
+    correctly rounded elementwise ops, so a row never sees the batch. eps defaults to the compute
+    dtype's epsilon (float32's for bf16/fp16 input), exactly as aten does.
+    """
+    shape = list(normalized_shape)
+    k = len(shape)
+    torch._check(
+        input.dim() >= k and list(input.shape[input.dim() - k :]) == shape,
+        lambda: (
+            f"Given normalized_shape={shape}, expected input with shape [*"
+            + "".join(f", {s}" for s in shape)
+            + f"], but got input of size{list(input.shape)}"
+        ),
+    )
+    if weight is not None:
+        torch._check(
+            list(weight.shape) == shape,
+            lambda: (
+                "Expected weight to be of same shape as normalized_shape, but got weight of "
+                f"shape {list(weight.shape)} and normalized_shape = {shape}"
+            ),
+        )
+    cd = compute_dtype(input.dtype)
+    if eps is None:
+        eps = torch.finfo(cd).eps
+    count = 1
+    for s in shape:
+        count *= s
+    lead = list(input.shape[: input.dim() - k])
+    x = input.to(cd).reshape(*lead, count)
+    mean_sq = tree_sum(x * x, -1) / count
+    y = x / sqrt(mean_sq + eps).unsqueeze(-1)
+    if weight is not None:
+        y = y * weight.to(cd).reshape(count)
+    return y.reshape(input.shape).to(input.dtype)
+
+
+@torch.no_grad()
+def add_rms_norm(
+    x: Tensor, residual: Tensor, weight: Tensor, eps: float | None = None
+) -> tuple[Tensor, Tensor]:
+    """Batch-invariant fused add + rms_norm: (rms_norm(x + residual) * weight, x + residual).
+
+    The residual sum is one correctly rounded float32 add rounded once to the output dtype (bitwise
+    what stock ``x + residual`` gives, bf16 included: it also adds in float32 and rounds once);
+    ``rms_norm`` of that rounded sum is row-local as argued there.
+    """
+    out_dtype = torch.result_type(x, residual)
+    cd = compute_dtype(out_dtype)
+    total = (x.to(cd) + residual.to(cd)).to(out_dtype)
+    return rms_norm(total, list(weight.shape), weight, eps), total

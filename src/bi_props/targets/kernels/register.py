@@ -1,0 +1,173 @@
+"""``install()``: route stock PyTorch CPU entry points to the batch-invariant kernels.
+
+Each kernel becomes a custom op ``{namespace}::<name>`` (so the profiler names it), the aten ops
+are re-registered on the CPU dispatch key to call those custom ops, and the two composite entry
+points of ``bi_props.ops`` are swapped. Like upstream batch-invariant switches it is one-way for
+the process: there is no uninstall, so tests install it in a subprocess.
+
+Autograd: ops with an aten derivative formula (mm, addmm, bmm, mv, dot, sum, mean, _softmax,
+_log_softmax) keep it, since the override sits below autograd. rms_norm and the two composites are
+forward-only once installed (inputs may require grad; PyTorch warns if one backpropagates).
+``KERNEL_PREFIX`` and ``ROUTES`` describe the default namespace; ``routes(ns)`` any other.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from . import attention, linalg, normalization, reductions
+
+NAMESPACE = "bi_props_cpu"
+KERNEL_PREFIX = f"{NAMESPACE}::"
+
+_LIBRARIES: list[torch.library.Library] = []  # Library objects unregister when collected
+_INSTALLED: list[str] = []
+SWAPPED: dict[str, Callable[..., Any]] = {}
+"""bi_props.ops attribute name -> the batch-invariant function installed in its place."""
+
+_SCHEMAS: dict[str, tuple[str, Callable[..., Any]]] = {
+    "mm": ("mm(Tensor self, Tensor mat2) -> Tensor", linalg.mm),
+    "addmm": (
+        "addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor",
+        linalg.addmm,
+    ),
+    "bmm": ("bmm(Tensor self, Tensor mat2) -> Tensor", linalg.bmm),
+    "mv": ("mv(Tensor self, Tensor vec) -> Tensor", linalg.mv),
+    "sum": (
+        "sum(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None)"
+        " -> Tensor",
+        reductions.sum,
+    ),
+    "mean": (
+        "mean(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None)"
+        " -> Tensor",
+        reductions.mean,
+    ),
+    "softmax": (
+        "softmax(Tensor self, int dim, bool half_to_float) -> Tensor",
+        normalization.softmax,
+    ),
+    "log_softmax": (
+        "log_softmax(Tensor self, int dim, bool half_to_float) -> Tensor",
+        normalization.log_softmax,
+    ),
+    "rms_norm": (
+        "rms_norm(Tensor input, int[] normalized_shape, Tensor? weight=None, float? eps=None)"
+        " -> Tensor",
+        normalization.rms_norm,
+    ),
+    "add_rms_norm": (
+        "add_rms_norm(Tensor x, Tensor residual, Tensor weight, float? eps=None)"
+        " -> (Tensor, Tensor)",
+        normalization.add_rms_norm,
+    ),
+    "varlen_attention": (
+        "varlen_attention(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens, float? scale=None,"
+        " bool causal=True) -> Tensor",
+        attention.varlen_attention,
+    ),
+}
+
+
+def routes(namespace: str = NAMESPACE) -> dict[str, tuple[str, ...]]:
+    """Catalogue op -> the ``{namespace}::`` profiler events, one of which must appear."""
+    p = f"{namespace}::"
+    return {
+        "mm": (p + "mm",),
+        "matmul": (p + "mm", p + "bmm", p + "mv"),  # vector @ vector (aten::dot) goes to mv
+        "bmm": (p + "bmm",),
+        "addmm": (p + "addmm",),
+        "linear": (p + "addmm", p + "mm", p + "bmm", p + "mv"),
+        "sum": (p + "sum",),
+        "mean": (p + "mean",),
+        "softmax": (p + "softmax",),
+        "log_softmax": (p + "log_softmax",),
+        "rms_norm": (p + "rms_norm",),
+        "add_rms_norm": (p + "add_rms_norm",),
+        "attention": (p + "varlen_attention",),
+    }
+
+
+ROUTES: dict[str, tuple[str, ...]] = routes()
+
+
+def _aten_overrides(ns: Any) -> dict[str, Callable[..., Any]]:
+    """aten overload -> CPU kernel that forwards to the custom op (what the profiler shows)."""
+
+    def dot(self, tensor):
+        return ns.mv(self.unsqueeze(0), tensor).reshape(())
+
+    return {
+        "mm": lambda self, mat2: ns.mm(self, mat2),
+        "addmm": lambda self, mat1, mat2, *, beta=1, alpha=1: ns.addmm(
+            self, mat1, mat2, beta=beta, alpha=alpha
+        ),
+        "bmm": lambda self, mat2: ns.bmm(self, mat2),
+        "mv": lambda self, vec: ns.mv(self, vec),
+        "dot": dot,
+        "sum": lambda self, *, dtype=None: ns.sum(self, None, False, dtype=dtype),
+        "sum.dim_IntList": lambda self, dim, keepdim=False, *, dtype=None: ns.sum(
+            self, dim, keepdim, dtype=dtype
+        ),
+        "mean": lambda self, *, dtype=None: ns.mean(self, None, False, dtype=dtype),
+        "mean.dim": lambda self, dim, keepdim=False, *, dtype=None: ns.mean(
+            self, dim, keepdim, dtype=dtype
+        ),
+        "_softmax": lambda self, dim, half_to_float: ns.softmax(self, dim, half_to_float),
+        "_log_softmax": lambda self, dim, half_to_float: ns.log_softmax(self, dim, half_to_float),
+        "rms_norm": lambda input, normalized_shape, weight=None, eps=None: ns.rms_norm(
+            input, normalized_shape, weight, eps
+        ),
+    }
+
+
+def _swapped(ns: Any) -> dict[str, Callable[..., Any]]:
+    def add_rms_norm(x, residual, weight, eps=None):
+        """Batch-invariant ``bi_props.ops.add_rms_norm`` (custom op, see kernels.normalization)."""
+        y, total = ns.add_rms_norm(x, residual, weight, eps)
+        return y, total
+
+    def varlen_attention(q, k, v, cu_seqlens, scale=None, causal=True):
+        """Batch-invariant ``bi_props.ops.varlen_attention`` (custom op, see kernels.attention)."""
+        return ns.varlen_attention(q, k, v, cu_seqlens, scale, causal)
+
+    return {"add_rms_norm": add_rms_norm, "varlen_attention": varlen_attention}
+
+
+def install(namespace: str = NAMESPACE) -> None:
+    """Route the stock CPU entry points through the batch-invariant kernels, for this process.
+
+    Idempotent for the same namespace; one-way (no uninstall). Call it once, early, when the
+    switch is on.
+    """
+    if _INSTALLED:
+        if _INSTALLED[0] != namespace:
+            raise RuntimeError(
+                f"bi_props kernels already installed as {_INSTALLED[0]!r}, not {namespace!r}"
+            )
+        return
+    import bi_props.ops as stock_ops
+
+    defs = torch.library.Library(namespace, "DEF")
+    for name, (schema, kernel) in _SCHEMAS.items():
+        defs.define(schema)
+        defs.impl(name, kernel, "CPU")
+    _LIBRARIES.append(defs)
+
+    ns = getattr(torch.ops, namespace)
+    aten = torch.library.Library("aten", "IMPL")
+    with warnings.catch_warnings():
+        # aten warns (once per process) that it overrides a kernel: that is the point here.
+        warnings.filterwarnings("ignore", message="(?s).*previously registered kernel")
+        for name, kernel in _aten_overrides(ns).items():
+            aten.impl(name, kernel, "CPU")
+    _LIBRARIES.append(aten)
+
+    for name, fn in _swapped(ns).items():
+        SWAPPED[name] = fn
+        setattr(stock_ops, name, fn)
+    _INSTALLED.append(namespace)
