@@ -144,6 +144,7 @@ def pytest_collection_modifyitems(
     from .runner.controller import WorkerFailure
 
     try:
+        state.session.runner.start_all()
         hello = state.session.hello("disabled")
     except WorkerFailure as exc:
         raise pytest.UsageError(

@@ -95,6 +95,11 @@ class Worker:
         return env
 
     def start(self) -> Hello:
+        self.spawn()
+        return self.wait_hello()
+
+    def spawn(self) -> None:
+        """Start the interpreter; it imports the target while the caller does other work."""
         log = tempfile.NamedTemporaryFile(
             prefix=f"bi_props-{self.target.replace(':', '_').replace('/', '_')}-{self.switch}-",
             suffix=".log",
@@ -111,6 +116,8 @@ class Worker:
             start_new_session=True,
         )
         log.close()
+
+    def wait_hello(self) -> Hello:
         try:
             hello = self._receive(self.start_timeout_s, "starting")
         except WorkerFailure as exc:
@@ -226,6 +233,25 @@ class Runner:
             raise
         self._hellos[switch] = hello
         return worker
+
+    def start_all(self, switches: tuple[str, ...] = ("disabled", "enabled")) -> None:
+        """Start the workers of several switch states concurrently (a session's cold start is
+        then one target import, not one per state)."""
+        pending = []
+        for switch in switches:
+            if switch in self._workers and self._workers[switch].alive():
+                continue
+            worker = Worker(self.target, switch, self.start_timeout_s, self.extra_env)
+            self.starts += 1
+            worker.spawn()
+            pending.append((switch, worker))
+        for switch, worker in pending:
+            try:
+                self._hellos[switch] = worker.wait_hello()
+            except BaseException:
+                worker.kill()
+                raise
+            self._workers[switch] = worker
 
     def worker(self, switch: str) -> Worker:
         worker = self._workers.get(switch)

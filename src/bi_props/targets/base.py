@@ -2,7 +2,8 @@
 
 A target knows how to turn its switch on in a fresh process, which device it runs on, which
 catalogue ops it claims to make batch-invariant, and what evidence shows that a call reached its
-kernels. The core never imports a target's packages: only the worker, after the switch is set, imports a target.
+kernels. The core never imports a target's packages: only the worker, after the switch is set,
+imports a target.
 """
 
 from __future__ import annotations
