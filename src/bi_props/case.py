@@ -93,6 +93,10 @@ class Case:
             parts.append(f"batch={self.batch!r}")
         return f"Case({', '.join(parts)})"
 
+    def _repr_pretty_(self, printer, cycle: bool) -> None:
+        """Hypothesis prints falsifying examples with this: keep our one-line, pasteable repr."""
+        printer.text(repr(self))
+
     def __hash__(self) -> int:
         return hash(
             (

@@ -54,7 +54,7 @@ class Control:
     message: str
 
 
-@dataclass
+@dataclass(repr=False)
 class Session:
     target: str
     space: Space
@@ -65,6 +65,12 @@ class Session:
     report_path: Path | None = None
     started: float = field(default_factory=time.time)
     _strategies: dict = field(default_factory=dict, repr=False)
+
+    def __repr__(self) -> str:  # Hypothesis prints the fixture in every falsifying example
+        return f"<bi_props session: target {self.target!r}, space {self.space.source}>"
+
+    def _repr_pretty_(self, printer, cycle: bool) -> None:  # Hypothesis' and IPython's printer
+        printer.text(repr(self))
 
     def __post_init__(self) -> None:
         self.runner = Runner(
