@@ -21,17 +21,26 @@ from typing import Any
 import numpy as np
 
 from .case import Case
-from .compare import exact_integer_limit, smallest_subnormal, unit_roundoff
+from .compare import exact_integer_limit, smallest_normal, unit_roundoff
 
 U32 = unit_roundoff("float32")
 
 
 @dataclass(frozen=True)
 class Operand:
-    """One tensor argument: per-sample (``batch_axis`` set) or shared by the whole batch."""
+    """One tensor argument: per-sample (``batch_axis`` set) or shared by the whole batch.
+
+    ``tokens`` > 0 makes it an int64 tensor of token ids in [0, tokens) instead of floats."""
 
     name: str
     batch_axis: int | None
+    tokens: int = 0
+
+
+OP_PROPERTIES = ("routing", "reference", "batch_invariance", "determinism", "parity")
+MODEL_PROPERTIES = ("logprobs", "decode", "determinism", "parity")
+CONTROL_PROPERTIES = ("batch_invariance", "logprobs", "decode")
+"""Promised only with the switch on: with it off they are negative controls, never failures."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +68,12 @@ class OpInfo:
     output_batch_axes: tuple[int, ...] = (0,)
     notes: str = ""
     option_choices: dict[str, tuple[Any, ...]] = field(default_factory=dict)
+    properties: tuple[str, ...] = OP_PROPERTIES
+
+    @property
+    def controls(self) -> tuple[str, ...]:
+        """The properties whose disabled state is a negative control for this op."""
+        return tuple(p for p in self.properties if p in CONTROL_PROPERTIES)
 
 
 def out_dtype(case: Case) -> str:
@@ -97,11 +112,13 @@ def _output_rounding(
     """The stated bound: ``computed_error`` (float32 internals), the final rounding to ``dtype``
     (u |value|), and up to two intermediate roundings in the output dtype, as stock kernels do
     (a 16-bit product rounded before a bias is added, an exp stored in bf16): 2 u ``magnitude``,
-    where ``magnitude`` bounds the intermediate (the sum of absolute terms; |value| if None)."""
+    where ``magnitude`` bounds the intermediate (the sum of absolute terms; |value| if None);
+    and an absolute slack of the smallest normal number: subnormal results may be flushed to zero.
+    """
     u = unit_roundoff(dtype)
     magnitude = np.abs(value) if magnitude is None else magnitude
     intermediate = 2 * u * magnitude if dtype not in ("float32", "float64") else 0.0
-    return (1 + u) * computed_error + u * np.abs(value) + intermediate + smallest_subnormal(dtype)
+    return (1 + u) * computed_error + u * np.abs(value) + intermediate + smallest_normal(dtype)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -559,6 +576,62 @@ def _never_exact(case: Case) -> int:
     return 0
 
 
+# ---------------------------------------------------------------------------------------------
+# Activation
+
+
+def _silu_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]) -> Any:
+    import torch
+
+    return torch.nn.functional.silu(args[0])
+
+
+def _silu_reference(x: Sequence[np.ndarray], case: Case, lengths: Sequence[int]):
+    """x / (1 + exp(-x)) in float32: exp (1-2 ulp), one add, one division: relative error
+    <= u (|x| + 4), the |x| from exp's argument scaling its own relative error. Where exp(-x)
+    overflows float32 (x < -88.72) a float32 kernel returns -0.0 for a true value of magnitude
+    below 3e-37: that flush is allowed (found in stock CPU silu by this very reference)."""
+    dtype = case.dtype
+    with np.errstate(all="ignore"):
+        value = x[0] / (1.0 + np.exp(-x[0]))
+        error = _u(dtype) * (np.abs(x[0]) + 4) * np.abs(value)
+        error = np.where(x[0] < -88.72, np.abs(value), error)
+    return (Reference(value, _output_rounding(value, error, dtype), dtype),)
+
+
+# ---------------------------------------------------------------------------------------------
+# The probe model (model-level properties)
+
+MODEL_LAYOUTS = ("packed", "padded")
+
+
+def _model_operands(case: Case) -> tuple[Operand, ...]:
+    return (Operand("tokens", 0, tokens=case.shape[5]), Operand("weights", None))
+
+
+def _model_shapes(case: Case, rows: int) -> tuple[tuple[int, ...], ...]:
+    _, layers, heads, kv_heads, head_dim, vocab, inter = case.shape
+    hidden = heads * head_dim
+    per_layer = 2 * hidden + (heads + 2 * kv_heads) * head_dim * hidden
+    per_layer += hidden * heads * head_dim + 3 * inter * hidden
+    count = 2 * vocab * hidden + hidden + layers * per_layer
+    return ((rows,), (count,))
+
+
+def _model_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]) -> Any:
+    from .probe_model import ProbeModel, config_of, prefill_then_decode, run_batch
+
+    tokens, weights = args
+    model = ProbeModel(weights, config_of(case.shape), dict(case.opt("entries", ()) or ()))
+    if case.opt("mode") == "decode":
+        return prefill_then_decode(model, tokens)
+    return run_batch(model, tokens, list(lengths), entry)
+
+
+def _no_reference(x: Sequence[np.ndarray], case: Case, lengths: Sequence[int]):
+    raise NotImplementedError("the probe model has no float64 reference; use logprobs/decode")
+
+
 OPS: dict[str, OpInfo] = {
     op.name: op
     for op in (
@@ -696,8 +769,116 @@ OPS: dict[str, OpInfo] = {
             reference=_attention_reference,
             exact_amplitude=_never_exact,
         ),
+        OpInfo(
+            name="silu",
+            entries=("F.silu",),
+            shape_doc="(m, n): input (m, n) per sample; SwiGLU's activation",
+            operands=_x_operand,
+            operand_shapes=_x_shape,
+            call=_silu_call,
+            reference=_silu_reference,
+            exact_amplitude=_never_exact,
+        ),
+        OpInfo(
+            name="probe_model",
+            entries=MODEL_LAYOUTS,
+            shape_doc="(length, layers, heads, kv_heads, head_dim, vocab, intermediate); entry is"
+            " the batch layout (packed or padded); tokens per sample, one flat weight vector",
+            operands=_model_operands,
+            operand_shapes=_model_shapes,
+            call=_model_call,
+            reference=_no_reference,
+            exact_amplitude=_never_exact,
+            properties=MODEL_PROPERTIES,
+            notes="logprobs (T, vocab) float32; the mismatch's first index is the first diverging"
+            " token",
+        ),
     )
 }
+
+
+# The aten ops (as the profiler names them) through which the catalogue's ops are reached.
+ATEN_TO_OP = {
+    "aten::mm": "mm",
+    "aten::addmm": "addmm",
+    "aten::bmm": "bmm",
+    "aten::mv": "matmul",
+    "aten::dot": "matmul",
+    "aten::matmul": "matmul",
+    "aten::linear": "linear",
+    "aten::sum": "sum",
+    "aten::mean": "mean",
+    "aten::_softmax": "softmax",
+    "aten::softmax": "softmax",
+    "aten::_log_softmax": "log_softmax",
+    "aten::log_softmax": "log_softmax",
+    "aten::rms_norm": "rms_norm",
+    "aten::silu": "silu",
+}
+# Data movement and exactly rounded elementwise ops: they cannot make a row depend on the batch.
+ATEN_BENIGN = (
+    "aten::add",
+    "aten::sub",
+    "aten::mul",
+    "aten::div",
+    "aten::cat",
+    "aten::index",
+    "aten::embedding",
+    "aten::reshape",
+    "aten::view",
+    "aten::slice",
+    "aten::select",
+    "aten::zeros",
+    "aten::zeros_like",
+    "aten::empty",
+    "aten::to",
+    "aten::_to_copy",
+    "aten::copy_",
+    "aten::as_strided",
+    "aten::t",
+    "aten::transpose",
+    "aten::expand",
+    "aten::contiguous",
+    "aten::clone",
+    "aten::chunk",
+    "aten::split",
+    "aten::unsqueeze",
+    "aten::squeeze",
+    "aten::repeat_interleave",
+    "aten::lift_fresh",
+    "aten::detach",
+    "aten::fill_",
+    "aten::zero_",
+    "aten::resolve_conj",
+    "aten::_unsafe_view",
+    "aten::empty_like",
+    "aten::empty_strided",
+    "aten::scalar_tensor",
+    "aten::item",
+    "aten::neg",
+)
+
+
+def cells(ops: Sequence[str]) -> list[tuple[str, str, str]]:
+    """Every (op, property, switch state) the suite and ``fuzz`` run. Parity compares both states
+    ("both"); the disabled state of a control property is a negative control (see ``controls``)."""
+    result = []
+    for op in ops:
+        info = OPS[op]
+        for prop in info.properties:
+            if prop == "parity":
+                result.append((op, prop, "both"))
+                continue
+            for switch in ("enabled", "disabled"):
+                if prop in info.controls and switch == "disabled":
+                    continue
+                result.append((op, prop, switch))
+    return result
+
+
+def controls(ops: Sequence[str]) -> list[tuple[str, str]]:
+    """Every (op, property) negative control: the property searched with the switch off."""
+    return [(op, prop) for op in ops for prop in OPS[op].controls]
 
 
 def get(name: str) -> OpInfo:

@@ -33,6 +33,16 @@ def smallest_subnormal(dtype: str) -> float:
     }[dtype]
 
 
+def smallest_normal(dtype: str) -> float:
+    """Below this, a kernel may flush to zero (FTZ is common on accelerators and in exp paths)."""
+    return {
+        "float64": float(np.finfo(np.float64).tiny),
+        "float32": float(np.finfo(np.float32).tiny),
+        "bfloat16": float(np.finfo(np.float32).tiny),
+        "float16": float(np.finfo(np.float16).tiny),
+    }[dtype]
+
+
 def exact_integer_limit(dtype: str) -> int:
     """Every integer of magnitude <= this is exactly representable in ``dtype``."""
     return 2 ** FORMATS[dtype][1]

@@ -47,23 +47,44 @@ def observe_reference(case: Case, target: Target) -> dict[str, Any]:
     return {"calls": {"op": call}, "references": refs}
 
 
-def observe_batch_invariance(case: Case, target: Target) -> dict[str, Any]:
+def observe_batch_invariance(
+    case: Case, target: Target, profile_ops: bool = False
+) -> dict[str, Any]:
     """The needle alone, and the needle's rows cut out of the batched result."""
     info = OPS[case.op]
     if not info.batchable(case) or case.batch is None:
         raise ValueError(f"batch invariance is not defined for {case!r}")
     alone_samples, batch = needle(case), batch_samples(case)
     _, alone = _invoke(case, operands(case, alone_samples, target.device), [case.shape[0]])
-    result, together = _invoke(
-        case, operands(case, batch, target.device), [rows for _, rows in batch]
-    )
+    batch_args = operands(case, batch, target.device)
+    evidence: dict[str, Any] = {}
+    if profile_ops:  # which ops the composition used, for the report of a logprobs finding
+        import torch
+
+        with torch.autograd.profiler.profile(use_kineto=False) as prof:
+            result, together = _invoke(case, batch_args, [rows for _, rows in batch])
+        evidence["ops_used"] = sorted({e.name for e in prof.function_events})
+    else:
+        result, together = _invoke(case, batch_args, [rows for _, rows in batch])
     if result is not None:
         offset = case.batch.needle_offset(case.shape[0])
         sliced = []
         for t, axis in zip(result, info.output_batch_axes, strict=False):
             sliced.append(_tensor_bits(t[row_slice(offset, case.shape[0], axis, t.dim())]))
         together = Call(outputs=tuple(sliced))
-    return {"calls": {"alone": alone, "in_batch": together}}
+    return {"calls": {"alone": alone, "in_batch": together}, "evidence": evidence}
+
+
+def observe_logprobs(case: Case, target: Target) -> dict[str, Any]:
+    """The probe model's per-token logprobs: the needle alone and inside the batch."""
+    return observe_batch_invariance(case, target, profile_ops=True)
+
+
+def observe_decode(case: Case, target: Target) -> dict[str, Any]:
+    """Prefill's last row, and the same row from one decode step on the KV cache."""
+    samples = needle(case)
+    _, call = _invoke(case, operands(case, samples, target.device), [case.shape[0]])
+    return {"calls": {"op": call}}
 
 
 def observe_determinism(case: Case, target: Target) -> dict[str, Any]:
@@ -123,6 +144,8 @@ OBSERVERS: dict[str, Callable[[Case, Target], dict[str, Any]]] = {
     "batch_invariance": observe_batch_invariance,
     "determinism": observe_determinism,
     "parity": observe_parity,
+    "logprobs": observe_logprobs,
+    "decode": observe_decode,
 }
 
 

@@ -19,10 +19,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.database import DirectoryBasedExampleDatabase
 
+from .catalogue import cells, controls
 from .runner.controller import InternalError
 from .session import Session
 from .space import Space
-from .strategies import PROPERTIES
 
 SLICE_EXAMPLES = 10
 
@@ -41,15 +41,7 @@ class Cell:
 
 
 def cells_for(space: Space) -> list[Cell]:
-    cells = []
-    for op in space.ops:
-        for prop in PROPERTIES:
-            switches = ("both",) if prop == "parity" else ("enabled", "disabled")
-            for switch in switches:
-                if prop == "batch_invariance" and switch == "disabled":
-                    continue  # the negative control covers it
-                cells.append(Cell(op, prop, switch))
-    return cells
+    return [Cell(op, prop, switch) for op, prop, switch in cells(space.ops)]
 
 
 class Interrupted(Exception):
@@ -123,11 +115,12 @@ def fuzz(
                 f"bi-props: target {session.target!r} is {hello.status}:\n{hello.message}", file=log
             )
             return 2
-        for op in session.space.ops:
+        for op, prop in controls(session.space.ops):
             if time.monotonic() >= deadline:
                 break
-            control = session.control(op)
-            progress(f"control {op}: {'variance seen' if control.variance_seen else 'none seen'}")
+            control = session.control(op, prop)
+            seen = "variance seen" if control.variance_seen else "none seen"
+            progress(f"control {op} {prop}: {seen}")
         while time.monotonic() < deadline:
             live = [c for c in cells if not c.done]
             if not live:

@@ -7,7 +7,6 @@ are applied last, to the whole (possibly batched) logical tensor.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -34,6 +33,13 @@ def values(shape: tuple[int, ...], seed: int, operand: int, case: Case) -> np.nd
         picks = _SPECIALS[rng.integers(0, len(_SPECIALS), size=shape)]
         return np.where(mask, picks, base)
     return base
+
+
+def _tokens(vocab: int):
+    def draw(shape: tuple[int, ...], seed: int, operand: int, case: Case) -> np.ndarray:
+        return np.random.default_rng([seed, operand]).integers(0, vocab, size=shape)
+
+    return draw
 
 
 def apply_layout(t: Any, layout: str) -> Any:
@@ -67,6 +73,8 @@ def to_float64(t: Any) -> np.ndarray:
     """A tensor's exact values as float64 numpy (bf16/fp16/fp32 all embed exactly)."""
     import torch
 
+    if not t.is_floating_point():
+        return t.detach().to("cpu").numpy()
     return t.detach().to("cpu").to(torch.float64).numpy()
 
 
@@ -76,16 +84,17 @@ def operands(case: Case, samples: Sequence[tuple[int, int]], device: str) -> lis
     specs = info.operands(case)
     result = []
     for index, spec in enumerate(specs):
+        draw = _tokens(spec.tokens) if spec.tokens else values
         if spec.batch_axis is None:
             shape = info.operand_shapes(case, samples[0][1] if samples else 0)[index]
-            array = values(shape, case.seed, index, case)
+            array = draw(shape, case.seed, index, case)
         else:
             parts = [
-                values(info.operand_shapes(case, rows)[index], seed, index, case)
+                draw(info.operand_shapes(case, rows)[index], seed, index, case)
                 for seed, rows in samples
             ]
             array = np.concatenate(parts, axis=spec.batch_axis)
-        tensor = _to_tensor(array, case.dtype, device)
+        tensor = _to_tensor(array, "int64" if spec.tokens else case.dtype, device)
         layout = case.layouts[index] if index < len(case.layouts) else "contiguous"
         result.append(apply_layout(tensor, layout))
     return result
@@ -126,4 +135,4 @@ def row_slice(offset: int, rows: int, axis: int, ndim: int) -> tuple[slice, ...]
     return tuple(index)
 
 
-__all__ = ["apply_layout", "batch_samples", "bits", "math", "needle", "operands", "to_float64"]
+__all__ = ["apply_layout", "batch_samples", "bits", "needle", "operands", "to_float64"]

@@ -110,25 +110,19 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Each op x property x switch state is its own test id (and its own database key)."""
     if not set(PARAMS) <= set(metafunc.fixturenames):
         return
-    from .strategies import PROPERTIES
+    from .catalogue import cells, controls
 
     state = metafunc.config.stash[_KEY]
-    control = metafunc.function.__name__.endswith("control")
-    params = []
-    for op in state.space.ops:
-        if control:
-            params.append(
-                pytest.param(
-                    op, "batch_invariance", "disabled", id=f"{op}-batch_invariance-disabled"
-                )
-            )
-            continue
-        for prop in PROPERTIES:
-            switches = ("both",) if prop == "parity" else ("enabled", "disabled")
-            for switch in switches:
-                if prop == "batch_invariance" and switch == "disabled":
-                    continue  # the negative control has its own test
-                params.append(pytest.param(op, prop, switch, id=f"{op}-{prop}-{switch}"))
+    if metafunc.function.__name__.endswith("control"):
+        params = [
+            pytest.param(op, prop, "disabled", id=f"{op}-{prop}-disabled")
+            for op, prop in controls(state.space.ops)
+        ]
+    else:
+        params = [
+            pytest.param(op, prop, switch, id=f"{op}-{prop}-{switch}")
+            for op, prop, switch in cells(state.space.ops)
+        ]
     metafunc.parametrize(PARAMS, params)
 
 
@@ -191,11 +185,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     for control in session.controls:
         if control.variance_seen:
             tr.line(
-                f"negative control {control.op}: batch variance SEEN with the switch off; "
-                f"smallest case: {control.case}"
+                f"negative control {control.op} {control.property}: variance SEEN with the "
+                f"switch off; smallest case: {control.case}"
             )
         else:
-            tr.line(f"negative control {control.op}: {control.message}")
+            tr.line(f"negative control {control.op} {control.property}: {control.message}")
     for op, why in session.not_covered.items():
         tr.line(f"not covered: {op}: {why}", yellow=True)
     for f in session.findings:

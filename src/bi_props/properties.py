@@ -65,6 +65,48 @@ def batch_invariance(obs: Observation) -> Verdict:
     )
 
 
+def logprobs(obs: Observation) -> Verdict:
+    """The needle's per-token logprobs alone == inside the batch, bitwise; the first mismatching
+    index is (token, vocabulary entry): the first diverging token."""
+    return _same_outputs(
+        obs.calls["in_batch"],
+        obs.calls["alone"],
+        "needle logprobs (token, vocab) inside the batch (actual) vs alone (desired)",
+    )
+
+
+def explain_model(verdict: Verdict, obs: Observation, covered: tuple[str, ...]) -> Verdict:
+    """Where to look when the model drifts: catalogue ops it used that the target does not claim,
+    and ops outside the catalogue that can depend on the batch (not plain data movement)."""
+    from .catalogue import ATEN_BENIGN, ATEN_TO_OP
+
+    if verdict.ok:
+        return verdict
+    used = obs.evidence.get("ops_used", [])
+    uncovered = sorted({ATEN_TO_OP[o] for o in used if o in ATEN_TO_OP} - set(covered))
+    outside = [o for o in used if o.startswith("aten::") and o not in ATEN_TO_OP]
+    outside = [o for o in outside if o not in ATEN_BENIGN]
+    extra = [
+        f"catalogue ops the model used that the target does not claim: {uncovered or 'none'}",
+        f"other aten ops the model used (not in the catalogue): {outside or 'none'}",
+    ]
+    return Verdict(
+        False, verdict.message + "\n" + "\n".join(extra), verdict.kind, verdict.error_type
+    )
+
+
+def decode(obs: Observation) -> Verdict:
+    """One decode step on the KV cache gives the prefill's logprobs for that token, bitwise."""
+    call = obs.calls["op"]
+    if call.raised:
+        return _fail(f"the model raised {call.describe_error()}", "error", call.error_type)
+    assert call.outputs is not None
+    prefill, step = call.outputs
+    return _same_outputs(
+        Call(outputs=(step,)), Call(outputs=(prefill,)), "decode step (actual) vs prefill (desired)"
+    )
+
+
 def determinism(obs: Observation) -> Verdict:
     """The same call on the same tensors, twice, gives the same bits."""
     return _same_outputs(
@@ -160,6 +202,8 @@ def parity(enabled: Observation, disabled: Observation) -> Verdict:
 
 JUDGES = {
     "batch_invariance": batch_invariance,
+    "logprobs": logprobs,
+    "decode": decode,
     "determinism": determinism,
     "reference": reference,
 }

@@ -46,9 +46,10 @@ class Finding:
 
 @dataclass
 class Control:
-    """What the negative control (batch invariance with the switch off) saw for one op."""
+    """What a negative control (a control property with the switch off) saw for one op."""
 
     op: str
+    property: str
     variance_seen: bool
     case: str | None
     message: str
@@ -109,7 +110,10 @@ class Session:
         observation = observe(prop, case, switch)
         if prop == "routing":
             return properties.routing(observation, self.hello(switch), op)
-        return properties.JUDGES[prop](observation)
+        verdict = properties.JUDGES[prop](observation)
+        if prop == "logprobs":
+            verdict = properties.explain_model(verdict, observation, self.hello("enabled").covered)
+        return verdict
 
     def check(self, op: str, prop: str, switch: str, case: Case) -> None:
         """Run one example; raise on failure. On Hypothesis' final replay of the minimal failing
@@ -162,31 +166,28 @@ class Session:
 
     # -- the negative control ------------------------------------------------------------------
 
-    def control(self, op: str) -> Control:
+    def control(self, op: str, prop: str = "batch_invariance") -> Control:
         """Search for batch variance with the switch off; shrink to the smallest case that shows it.
 
         Never a failure: it shows that the test can see variance at all (stock kernels are not
         promised to be invariant). The search stops at the first variance it sees, so its budget,
         ``[runner] control_examples`` of the space, is only spent where no variance exists."""
-        strategy = self.strategy(op, "batch_invariance")
+        judge = properties.JUDGES[prop]
+        strategy = self.strategy(op, prop)
 
         def variant(case: Case) -> bool:
-            obs = self.runner.observe("batch_invariance", case, "disabled")
-            return not properties.batch_invariance(obs).ok
+            return not judge(self.runner.observe(prop, case, "disabled")).ok
 
-        key = f"bi_props:control:{self.target}:{op}".encode()
+        key = f"bi_props:control:{self.target}:{op}:{prop}".encode()
         budget = settings(settings(), max_examples=self.space.control_examples)
         try:
             minimal = find(strategy, variant, settings=budget, database_key=key)
         except NoSuchExample:
-            result = Control(
-                op, False, None, f"no batch variance seen in {budget.max_examples} examples"
-            )
+            message = f"no {prop} violation seen in {budget.max_examples} examples"
+            result = Control(op, prop, False, None, message)
         else:
-            verdict = properties.batch_invariance(
-                self.runner.observe("batch_invariance", minimal, "disabled")
-            )
-            result = Control(op, True, repr(minimal), verdict.message)
+            verdict = judge(self.runner.observe(prop, minimal, "disabled"))
+            result = Control(op, prop, True, repr(minimal), verdict.message)
         self.controls.append(result)
         self.write_report()
         return result

@@ -17,7 +17,16 @@ from .case import Batch, Case, Companion
 from .catalogue import OPS, OpInfo, out_dtype
 from .space import Extent, Space
 
-PROPERTIES = ("routing", "reference", "batch_invariance", "determinism", "parity")
+PROPERTIES = (
+    "routing",
+    "reference",
+    "batch_invariance",
+    "determinism",
+    "parity",
+    "logprobs",
+    "decode",
+)
+BATCHED = ("batch_invariance", "determinism", "logprobs")
 
 # Value classes per property, simplest first (Hypothesis shrinks toward the first).
 _VALUES_FOR = {
@@ -26,6 +35,8 @@ _VALUES_FOR = {
     "batch_invariance": ("general", "wide", "exact"),
     "determinism": ("general", "wide", "special"),
     "parity": ("general", "exact", "special"),
+    "logprobs": ("general",),
+    "decode": ("general",),
 }
 
 SEEDS = st.integers(min_value=0, max_value=2**32 - 1)
@@ -125,6 +136,25 @@ def _op_shape_and_options(draw: st.DrawFn, space: Space, op: OpInfo, prop: str) 
         options["dim"] = draw(choice(tuple(sorted(set(dims), key=lambda x: (x != -1, x)))))
         options["dtype"] = draw(choice(tuple([None, "float32"])))
         return shape, options
+    if name == "silu":
+        return (draw(rows), draw(d)), options
+    if name == "probe_model":
+        length = integers(2 if prop == "decode" else 1, max(2, min(space.attention_length.max, 12)))
+        if prop == "decode":
+            options["mode"] = "decode"
+        kv_heads = draw(choice((1, 2)))
+        heads = kv_heads * draw(choice((1, 2)))
+        head_dim = draw(choice((8, 16)))
+        vocab = draw(choice((16, 64, 257)))
+        return (
+            draw(length),
+            draw(choice((1, 2))),
+            heads,
+            kv_heads,
+            head_dim,
+            vocab,
+            draw(choice((16, 48))),
+        ), options
     if name in ("rms_norm", "add_rms_norm"):
         if name == "rms_norm":
             options["eps"] = draw(choice(tuple([None, 1e-6])))
@@ -150,6 +180,8 @@ def _companions(rows: st.SearchStrategy[int], max_companions: int) -> st.SearchS
 def _batch(draw: st.DrawFn, space: Space, op: OpInfo) -> Batch:
     if op.name == "attention":
         rows = extents(space.attention_length, space.boundaries)
+    elif op.name == "probe_model":
+        rows = integers(1, max(1, min(space.attention_length.max, 24)))
     elif op.name == "bmm" or (op.name == "matmul"):
         rows = integers(1, min(space.companion_rows.max, 16))
     else:
@@ -183,7 +215,7 @@ def cases(
     if values == "exact" and info.exact_amplitude(case) < 1:
         # No integer range keeps every partial result exact here: fall back, deterministically.
         case = Case(op, entry, dtype, shape, layouts, "general", seed, options)
-    if prop in ("batch_invariance", "determinism"):
+    if prop in BATCHED:
         batch = _batch(draw, space, info)
         case = case.with_batch(batch)
     return case
@@ -191,7 +223,7 @@ def cases(
 
 def applicable(op: str, prop: str, space: Space) -> bool:
     """Whether a (op, property) pair has anything to test under this space."""
-    return op in space.ops and prop in PROPERTIES
+    return op in space.ops and prop in OPS[op].properties
 
 
 __all__ = ["PROPERTIES", "applicable", "boundary_values", "cases", "extents", "out_dtype"]

@@ -20,4 +20,4 @@ def test_property(bi_props_session, bi_op, bi_property, bi_switch, data):
 def test_batch_variance_control(bi_props_session, bi_op, bi_property, bi_switch):
     """Negative control: with the switch off, look for batch variance and report the smallest case
     that shows it. Stock kernels promise no invariance, so this never fails on what it sees."""
-    bi_props_session.control(bi_op)
+    bi_props_session.control(bi_op, bi_property)

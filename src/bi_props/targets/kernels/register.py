@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from . import attention, linalg, normalization, reductions
+from . import activation, attention, linalg, normalization, reductions
 
 NAMESPACE = "bi_props_cpu"
 KERNEL_PREFIX = f"{NAMESPACE}::"
@@ -60,6 +60,7 @@ _SCHEMAS: dict[str, tuple[str, Callable[..., Any]]] = {
         " -> Tensor",
         normalization.rms_norm,
     ),
+    "silu": ("silu(Tensor self) -> Tensor", activation.silu),
     "add_rms_norm": (
         "add_rms_norm(Tensor x, Tensor residual, Tensor weight, float? eps=None)"
         " -> (Tensor, Tensor)",
@@ -87,6 +88,7 @@ def routes(namespace: str = NAMESPACE) -> dict[str, tuple[str, ...]]:
         "softmax": (p + "softmax",),
         "log_softmax": (p + "log_softmax",),
         "rms_norm": (p + "rms_norm",),
+        "silu": (p + "silu",),
         "add_rms_norm": (p + "add_rms_norm",),
         "attention": (p + "varlen_attention",),
     }
@@ -122,6 +124,7 @@ def _aten_overrides(ns: Any) -> dict[str, Callable[..., Any]]:
         "rms_norm": lambda input, normalized_shape, weight=None, eps=None: ns.rms_norm(
             input, normalized_shape, weight, eps
         ),
+        "silu": lambda self: ns.silu(self),
     }
 
 
