@@ -66,6 +66,7 @@ class Session:
     report_path: Path | None = None
     started: float = field(default_factory=time.time)
     _strategies: dict = field(default_factory=dict, repr=False)
+    examples_log: list[dict] = field(default_factory=list, repr=False)
 
     def __repr__(self) -> str:  # Hypothesis prints the fixture in every falsifying example
         return f"<bi_props session: target {self.target!r}, space {self.space.source}>"
@@ -121,8 +122,10 @@ class Session:
         try:
             verdict = self.judge(op, prop, switch, case)
         except WorkerFailure as failure:
+            self._note_example(op, prop, switch, case, failure.kind)
             self._final(op, prop, switch, case, failure.kind, str(failure), type(failure).__name__)
             raise
+        self._note_example(op, prop, switch, case, "ok" if verdict.ok else verdict.kind)
         if verdict.kind == "not_covered":
             self.not_covered.setdefault(op, verdict.message)
             return
@@ -133,6 +136,37 @@ class Session:
             return
         self._final(op, prop, switch, case, verdict.kind, verdict.message, verdict.error_type)
         raise PropertyFailed(f"{prop} [{switch}] on {op}:\n{verdict.message}")
+
+    def _note_example(self, op: str, prop: str, switch: str, case: Case, outcome: str) -> None:
+        """One line of coverage (what was exercised, and how it ended), for reports and plots."""
+        self.examples_log.append(
+            {
+                "op": op,
+                "property": prop,
+                "switch": switch,
+                "dtype": case.dtype,
+                "shape": list(case.shape),
+                "layouts": list(case.layouts),
+                "values": case.values,
+                "batch_rows": None
+                if case.batch is None
+                else case.shape[0] + sum(c.rows for c in case.batch.companions),
+                "outcome": outcome,
+            }
+        )
+        if len(self.examples_log) >= 500:
+            self.flush_examples()
+
+    def flush_examples(self) -> None:
+        """Append the buffered coverage lines to ``examples.jsonl`` beside the report."""
+        if self.report_path is None or not self.examples_log:
+            self.examples_log.clear()
+            return
+        path = self.report_path.with_name("examples.jsonl")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as f:
+            f.writelines(json.dumps(line) + "\n" for line in self.examples_log)
+        self.examples_log.clear()
 
     def _final(
         self,
@@ -221,6 +255,7 @@ class Session:
         tmp.replace(self.report_path)
 
     def close(self) -> None:
+        self.flush_examples()
         self.write_report()
         self.runner.close()
 
