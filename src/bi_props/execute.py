@@ -10,6 +10,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from .case import Case
 from .catalogue import OPS
 from .materialize import batch_samples, bits, needle, operands, row_slice, to_float64
@@ -147,6 +149,51 @@ OBSERVERS: dict[str, Callable[[Case, Target], dict[str, Any]]] = {
     "logprobs": observe_logprobs,
     "decode": observe_decode,
 }
+
+
+def export(prop: str, case: Case, target: Target) -> dict[str, Any]:
+    """The exact inputs of a case (logical values, before layouts are applied) and, for the
+    reference property, the expected values: what a standalone reproducer writes out."""
+    import torch
+
+    info = OPS[case.op]
+    groups = {"alone": needle(case)}
+    if prop in ("batch_invariance", "logprobs", "determinism") and case.batch is not None:
+        groups["batch"] = batch_samples(case)
+    exported: dict[str, Any] = {"groups": {}}
+    for name, samples in groups.items():
+        tensors = operands(case, samples, "cpu", layouts=False)
+        exported["groups"][name] = {
+            "lengths": [rows for _, rows in samples],
+            "tensors": [
+                {
+                    "dtype": str(t.dtype).removeprefix("torch."),
+                    "shape": list(t.shape),
+                    "bytes": t.contiguous().view(torch.uint8).numpy().tobytes()
+                    if t.is_floating_point()
+                    else t.contiguous().numpy().tobytes(),
+                }
+                for t in tensors
+            ],
+        }
+    if case.batch is not None:
+        exported["offset"] = case.batch.needle_offset(case.shape[0])
+        exported["output_batch_axes"] = list(info.output_batch_axes)
+    if prop == "reference":
+        args = operands(case, groups["alone"], "cpu")
+        refs = info.reference([to_float64(a) for a in args], case, [case.shape[0]])
+        exported["references"] = [
+            {
+                "dtype": r.dtype,
+                "shape": list(r.value.shape),
+                "value": r.value.astype("float64").tobytes(),
+                "tolerance": None
+                if r.tolerance is None
+                else np.broadcast_to(r.tolerance, r.value.shape).astype("float64").tobytes(),
+            }
+            for r in refs
+        ]
+    return exported
 
 
 def observe(prop: str, case: Case, target: Target, switch: str) -> Observation:

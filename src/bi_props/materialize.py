@@ -78,8 +78,11 @@ def to_float64(t: Any) -> np.ndarray:
     return t.detach().to("cpu").to(torch.float64).numpy()
 
 
-def operands(case: Case, samples: Sequence[tuple[int, int]], device: str) -> list[Any]:
-    """The op's tensors for ``samples`` [(seed, rows), ...] concatenated along batch axes."""
+def operands(
+    case: Case, samples: Sequence[tuple[int, int]], device: str, layouts: bool = True
+) -> list[Any]:
+    """The op's tensors for ``samples`` [(seed, rows), ...] concatenated along batch axes
+    (contiguous, with ``layouts=False``: the logical values a reproducer writes out)."""
     info = OPS[case.op]
     specs = info.operands(case)
     result = []
@@ -95,7 +98,7 @@ def operands(case: Case, samples: Sequence[tuple[int, int]], device: str) -> lis
             ]
             array = np.concatenate(parts, axis=spec.batch_axis)
         tensor = _to_tensor(array, "int64" if spec.tokens else case.dtype, device)
-        layout = case.layouts[index] if index < len(case.layouts) else "contiguous"
+        layout = case.layouts[index] if index < len(case.layouts) and layouts else "contiguous"
         result.append(apply_layout(tensor, layout))
     return result
 

@@ -65,4 +65,5 @@ class Hello:
     entries: dict[str, tuple[str, ...]] = field(default_factory=dict)
     routes: dict[str, tuple[str, ...]] = field(default_factory=dict)
     environment: dict[str, str] = field(default_factory=dict)
+    repro: dict[str, str] = field(default_factory=dict)  # switch state -> switch-on code
     pid: int = 0

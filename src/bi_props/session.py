@@ -39,6 +39,7 @@ class Finding:
     message: str
     reproduced_in_fresh_process: bool | None
     error_type: str | None = None
+    reproducer: str | None = None
 
     def signature(self) -> tuple:
         return (self.target, self.op, self.property, self.switch, self.kind, self.error_type)
@@ -182,9 +183,13 @@ class Session:
             return
         reproduced = self._reproduces_fresh(op, prop, switch, case)
         note(f"Reproduced in a fresh worker process: {reproduced}")
-        self.record(
-            Finding(self.target, op, prop, switch, kind, repr(case), message, reproduced, error)
+        finding = Finding(
+            self.target, op, prop, switch, kind, repr(case), message, reproduced, error
         )
+        finding.reproducer = self.write_reproducer(finding, case)
+        if finding.reproducer:
+            note(f"Standalone reproducer: {finding.reproducer}")
+        self.record(finding)
 
     def _reproduces_fresh(self, op: str, prop: str, switch: str, case: Case) -> bool:
         try:
@@ -192,6 +197,34 @@ class Session:
         except WorkerFailure:
             return True
         return not verdict.ok
+
+    def write_reproducer(self, finding: Finding, case: Case) -> str | None:
+        """A standalone script beside the report (``repro/``); None where none can be written."""
+        from . import repro
+
+        if self.report_path is None:
+            return None
+        state = "enabled" if finding.switch == "both" else finding.switch
+        try:
+            repro.call_source(case)
+            exported = self.runner.export(finding.property, case, state)
+            hello = self.hello(state)
+            text = repro.script(
+                asdict(finding),
+                case,
+                exported,
+                hello.repro,
+                hello.kernel_prefix,
+                hello.environment,
+                self.space.example_timeout_s,
+            )
+        except (NotImplementedError, WorkerFailure) as exc:
+            note(f"No standalone reproducer: {exc}")
+            return None
+        name = "-".join(
+            [finding.op, finding.property, finding.switch, finding.kind, str(len(self.findings))]
+        )
+        return str(repro.write(self.report_path.parent / "repro" / f"{name}.py", text))
 
     def record(self, finding: Finding) -> None:
         """Keep the finding and write the report at once: nothing a long run found is lost."""

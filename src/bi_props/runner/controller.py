@@ -288,6 +288,11 @@ class Runner:
             self.seconds_in_workers += time.perf_counter() - start
         return observation
 
+    def export(self, prop: str, case: Case, switch: str) -> dict:
+        """The exact tensors (and reference) of a case, for a standalone reproducer."""
+        worker = self.worker(switch)
+        return worker.request(("export", prop, case), self.example_timeout_s, f"exporting {case!r}")
+
     def fresh(self, prop: str, case: Case, switch: str) -> Observation:
         """Run one case in a brand-new worker (then close it): does it reproduce in isolation?"""
         worker = Worker(self.target, switch, self.start_timeout_s, self.extra_env)

@@ -37,6 +37,15 @@ def _serve() -> None:
         kind = message[0]
         if kind == "exit":
             return
+        if kind == "export":  # the exact tensors of a case, for a standalone reproducer
+            _, prop, case = message
+            try:
+                from bi_props.execute import export
+
+                send(outbox, ("ok", export(prop, case, target)))
+            except Exception:
+                send(outbox, ("internal", traceback.format_exc()))
+            continue
         if kind == "observe":
             _, prop, case = message
             try:
@@ -66,6 +75,7 @@ def _load(target_spec: str, switch: str):
             entries=dict(target.entries()),
             routes=dict(target.routes()),
             environment=dict(target.environment()),
+            repro={"enabled": target.repro_setup(True), "disabled": target.repro_setup(False)},
             pid=os.getpid(),
         )
         return hello, target

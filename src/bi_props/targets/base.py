@@ -68,6 +68,11 @@ class Target:
         """How routing is observed: 'profiler' (legacy autograd profiler events) or 'none'."""
         return "profiler"
 
+    def repro_setup(self, enabled: bool) -> str:
+        """Python lines that put a fresh interpreter (with the switch variable already set) in
+        this switch state using only the target's own packages: the head of a reproducer."""
+        return ""
+
     def environment(self) -> dict[str, str]:
         """Versions and capabilities recorded in every report."""
         import platform

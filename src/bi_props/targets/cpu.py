@@ -33,6 +33,11 @@ class CpuTarget(Target):
             install(NAMESPACE)
             self._active = True
 
+    def repro_setup(self, enabled: bool) -> str:
+        if not enabled:
+            return "# switch off: stock PyTorch CPU kernels"
+        return "from bi_props.targets.kernels import install  # the CPU target's kernels\ninstall()"
+
     def covered(self) -> tuple[str, ...]:
         from .kernels.register import ROUTES
 

@@ -102,6 +102,18 @@ class ModuleTarget(Target):
         if callable(probe):
             self._active = bool(probe())
 
+    def repro_setup(self, enabled: bool) -> str:
+        module_name, _, attr = self._spec.partition(":")
+        obj = f"{module_name}.{attr}" if attr else module_name
+        lines = [f"import {module_name}"]
+        if callable(getattr(self._obj, "enable", None)):
+            lines.append(f"{obj}.enable({enabled})")
+        elif enabled and callable(getattr(self._obj, "enable_batch_invariant_mode", None)):
+            lines.append(f"{obj}.enable_batch_invariant_mode()")
+        elif enabled:
+            lines.append(f"{obj}.set_batch_invariant_mode(True).__enter__()")
+        return "\n".join(lines)
+
     def covered(self) -> tuple[str, ...]:
         if hasattr(self._obj, "OPS"):
             return tuple(self._obj.OPS)
