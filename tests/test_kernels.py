@@ -559,7 +559,8 @@ import torch, torch.nn.functional as F
 from torch.autograd.profiler import profile
 
 import bi_props.ops as ops
-from bi_props.targets.kernels import attention, linalg as L, normalization as N, reductions as R
+from bi_props.targets.kernels import activation, attention
+from bi_props.targets.kernels import linalg as L, normalization as N, reductions as R
 from bi_props.targets.kernels.register import KERNEL_PREFIX, ROUTES, install
 
 stock_ops = (ops.add_rms_norm, ops.varlen_attention)
@@ -632,6 +633,7 @@ entries = {
         lambda: F.rms_norm(a, (7,), w7, 1e-6), "rms_norm", lambda: N.rms_norm(a, [7], w7, 1e-6)
     ),
     "F.rms_norm bf16": (lambda: F.rms_norm(xb, (7,)), "rms_norm", lambda: N.rms_norm(xb, [7])),
+    "F.silu": (lambda: F.silu(a), "silu", lambda: activation.silu(a)),
     "ops.add_rms_norm": (
         lambda: ops.add_rms_norm(a, a, w7, 1e-6)[0],
         "add_rms_norm",
@@ -709,7 +711,7 @@ def test_routes_cover_the_catalogue_ops(install_report: dict) -> None:
     routes = install_report["routes"]
     assert set(routes) == {
         "mm", "matmul", "bmm", "addmm", "linear", "sum", "mean", "softmax", "log_softmax",
-        "rms_norm", "add_rms_norm", "attention",
+        "rms_norm", "silu", "add_rms_norm", "attention",
     }  # fmt: skip
     seen = {e["want"] for e in install_report["entries"].values()}
     assert all(event in seen for events in routes.values() for event in events)

@@ -111,3 +111,27 @@ class Case:
                 self.batch,
             )
         )
+
+
+def parse_case(text: str) -> Case:
+    """A Case from its repr (a report entry, a regressions file), without executing arbitrary code:
+    only calls of Case/Batch/Companion with literal arguments are accepted."""
+    import ast
+
+    allowed = {"Case": Case, "Batch": Batch, "Companion": Companion}
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError as exc:
+        raise ValueError(f"not a Case repr: {exc}") from None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            if not isinstance(node.func, ast.Name) or node.func.id not in allowed:
+                raise ValueError(f"not a Case repr: call of {ast.unparse(node.func)!r}")
+        elif isinstance(node, ast.Name) and node.id not in allowed and node.id != "None":
+            raise ValueError(f"not a Case repr: name {node.id!r}")
+        elif isinstance(node, (ast.Attribute, ast.Lambda, ast.Subscript, ast.NamedExpr)):
+            raise ValueError("not a Case repr: only literals and Case/Batch/Companion calls")
+    case = eval(compile(tree, "<case>", "eval"), {"__builtins__": {}}, dict(allowed))
+    if not isinstance(case, Case):
+        raise ValueError(f"not a Case repr: evaluates to {type(case).__name__}")
+    return case

@@ -1,4 +1,4 @@
-"""The ``bi-props`` command: fuzz | doctor.
+"""The ``bi-props`` command: fuzz | doctor | repro | promote | report.
 
 Exit status: 0 clean, 1 findings (or, for doctor, a target that cannot run), 2 usage errors.
 """
@@ -19,14 +19,75 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     fuzz = sub.add_parser("fuzz", help="run every property on a target within a time budget")
-    fuzz.add_argument("--target", default=None, help="cpu, vllm, ascend, or some.module[:attr]")
+    fuzz.add_argument(
+        "--target",
+        action="append",
+        default=None,
+        help="cpu, vllm, ascend, or some.module[:attr]; repeat for several (budget split fairly)",
+    )
     fuzz.add_argument("--budget", type=float, default=60.0, metavar="SECONDS")
     fuzz.add_argument("--out", type=Path, default=Path("bi_props-out"), metavar="DIR")
     fuzz.add_argument("--ops", default=None, help="comma-separated catalogue ops (default: all)")
     fuzz.add_argument("--profile", default="cpu", help="bundled search space to use")
     fuzz.add_argument("--strategies", type=Path, default=None, help="a search-space TOML file")
+    fuzz.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="campaign seed: round r of target t uses a seed derived from (seed, t, r), so a "
+        "campaign is reproducible (default: random, recorded in the report)",
+    )
+    fuzz.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the campaign in DIR: keep its findings, rounds and example database "
+        "(automatic when DIR/findings.jsonl exists; also imports an older DIR/report.json)",
+    )
+    fuzz.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="ADDRESS",
+        help="spread cells over Ray actors (one accelerator each); ADDRESS of a running cluster "
+        "('auto', 'ray://host:10001'), or none to start a local instance",
+    )
+    fuzz.add_argument(
+        "--ray-actors",
+        type=int,
+        default=None,
+        metavar="N",
+        help="actors per target (default: the cluster's GPUs, NPUs or CPUs, as the target needs)",
+    )
+    fuzz.add_argument(
+        "--ray-device",
+        choices=("auto", "cpu", "cuda", "npu"),
+        default="auto",
+        help="what one actor reserves: a GPU (cuda), {'NPU': 1} (npu) or a CPU; auto: vllm -> "
+        "cuda, ascend -> npu, others -> cpu",
+    )
     doctor = sub.add_parser("doctor", help="what a target needs and what is here")
     doctor.add_argument("--target", default="cpu")
+    repro = sub.add_parser(
+        "repro", help="re-run a finding in a fresh process: a reproducer script or report.json"
+    )
+    repro.add_argument("finding", type=Path, help="a reproducer .py, or a report.json")
+    repro.add_argument("--index", type=int, default=0, help="which finding of a report.json")
+    repro.add_argument("--issue", action="store_true", help="print a Markdown bug report")
+    promote = sub.add_parser(
+        "promote", help="append a finding to a regressions file the suite always runs first"
+    )
+    promote.add_argument("report", type=Path, help="a report.json")
+    promote.add_argument("--index", type=int, default=0)
+    promote.add_argument("--to", type=Path, required=True, metavar="REGRESSIONS_TOML")
+    promote.add_argument("--note", default="")
+    report = sub.add_parser(
+        "report", help="render report.md, junit.xml and report.html from a fuzz output directory"
+    )
+    report.add_argument("dir", type=Path, metavar="DIR", help="the --out of a bi-props fuzz run")
+    report.add_argument(
+        "--no-plots", action="store_true", help="skip the matplotlib plots in report.html"
+    )
     return parser
 
 
@@ -57,24 +118,50 @@ def _usage(message: str) -> int:
 
 
 def _fuzz(args: argparse.Namespace) -> int:
-    from .fuzz import fuzz
     from .runner.controller import WorkerFailure
-    from .session import Session
 
     if args.budget <= 0:
         return _usage("--budget must be positive")
+    if args.ray_actors is not None and args.ray_actors < 1:
+        return _usage("--ray-actors must be at least 1")
     space = _space(args)
-    target = args.target or space.target or DEFAULT_TARGETS.get(args.profile)
-    if not target:
+    targets = args.target or [space.target or DEFAULT_TARGETS.get(args.profile)]
+    if not all(targets):
         return _usage(f"profile {args.profile!r} names no target: pass --target")
-    session = Session(target, space)
     try:
-        return fuzz(session, args.budget, args.out)
-    except WorkerFailure as exc:
-        print(
-            f"bi-props: the worker for target {target!r} failed to start:\n{exc}", file=sys.stderr
+        if args.ray is not None:
+            from .ray_runner import run_ray_campaign
+
+            return run_ray_campaign(
+                targets,
+                space,
+                args.out,
+                args.budget,
+                seed=args.seed,
+                resume=args.resume,
+                address=args.ray or None,
+                actors=args.ray_actors,
+                device=args.ray_device,
+            )
+        from .campaign import Campaign
+
+        campaign = Campaign(
+            targets, space, args.out, args.budget, seed=args.seed, resume=args.resume
         )
+        return campaign.run()
+    except WorkerFailure as exc:
+        print(f"bi-props: a worker for {targets} failed to start:\n{exc}", file=sys.stderr)
         return 2
+
+
+def _report(args: argparse.Namespace) -> int:
+    from .reporting import write_reports
+
+    if not (args.dir / "report.json").exists():
+        return _usage(f"{args.dir}: no report.json (the --out of a bi-props fuzz run?)")
+    for path in write_reports(args.dir, plots=not args.no_plots).values():
+        print(path)
+    return 0
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -83,11 +170,36 @@ def _doctor(args: argparse.Namespace) -> int:
     return doctor(args.target)
 
 
+def _repro(args: argparse.Namespace) -> int:
+    from .repro_cli import repro
+
+    return repro(args.finding, args.index, args.issue)
+
+
+def _promote(args: argparse.Namespace) -> int:
+    import json
+
+    from .known import DataFileError, promote
+
+    try:
+        findings = json.loads(args.report.read_text()).get("findings", [])
+        entry = promote(findings[args.index], args.to, args.note)
+    except (OSError, ValueError, IndexError, KeyError, DataFileError) as exc:
+        return _usage(f"cannot promote finding #{args.index} of {args.report}: {exc}")
+    print(f"appended to {args.to}:{entry}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.command == "fuzz":
-        return _fuzz(args)
-    return _doctor(args)
+    commands = {
+        "fuzz": _fuzz,
+        "doctor": _doctor,
+        "repro": _repro,
+        "promote": _promote,
+        "report": _report,
+    }
+    return commands[args.command](args)
 
 
 if __name__ == "__main__":

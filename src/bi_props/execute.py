@@ -45,7 +45,7 @@ def observe_reference(case: Case, target: Target) -> dict[str, Any]:
     _, call = _invoke(case, args, lengths)
     refs = None
     if not call.raised:
-        refs = OPS[case.op].reference([to_float64(a) for a in args], case, lengths)
+        refs = OPS[case.op].references([to_float64(a) for a in args], case, lengths)
     return {"calls": {"op": call}, "references": refs}
 
 
@@ -181,7 +181,7 @@ def export(prop: str, case: Case, target: Target) -> dict[str, Any]:
         exported["output_batch_axes"] = list(info.output_batch_axes)
     if prop == "reference":
         args = operands(case, groups["alone"], "cpu")
-        refs = info.reference([to_float64(a) for a in args], case, [case.shape[0]])
+        refs = info.references([to_float64(a) for a in args], case, [case.shape[0]])
         exported["references"] = [
             {
                 "dtype": r.dtype,

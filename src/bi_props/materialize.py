@@ -14,6 +14,7 @@ import numpy as np
 
 from .case import Case
 from .catalogue import OPS
+from .compare import round_to_bits
 
 _SPECIALS = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0])
 
@@ -62,11 +63,20 @@ def apply_layout(t: Any, layout: str) -> Any:
     return view
 
 
+_INT_VIEW = {"float64": "int64", "float32": "int32", "bfloat16": "int16", "float16": "int16"}
+
+
 def _to_tensor(array: np.ndarray, dtype: str, device: str) -> Any:
+    """Round with numpy, then reinterpret the bits: torch's own float64 -> bf16 conversion gives
+    NaN different bits in its vector body and its scalar tail, i.e. depending on the size."""
     import torch
 
-    t = torch.from_numpy(np.ascontiguousarray(array))
-    return t.to(getattr(torch, dtype)).to(device)
+    if dtype not in _INT_VIEW:
+        return torch.from_numpy(np.ascontiguousarray(array)).to(getattr(torch, dtype)).to(device)
+    bits = round_to_bits(np.ascontiguousarray(array, dtype=np.float64), dtype)
+    signed = bits.view(np.dtype(_INT_VIEW[dtype]))
+    t = torch.from_numpy(np.ascontiguousarray(signed)).view(getattr(torch, dtype))
+    return t.to(device)
 
 
 def to_float64(t: Any) -> np.ndarray:

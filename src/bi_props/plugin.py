@@ -43,6 +43,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="PATH",
         help="write findings and negative controls as JSON to PATH",
     )
+    group.addoption(
+        "--bi-known",
+        default=None,
+        metavar="PATH",
+        help="known-failures TOML: matching failures are reported as xfail (known), and listed "
+        "cases that pass again as fixed",
+    )
+    group.addoption(
+        "--bi-regressions",
+        default=None,
+        metavar="PATH",
+        help="regression cases TOML, run first (test_regression)",
+    )
 
 
 class BiPropsState:
@@ -89,7 +102,28 @@ class BiPropsState:
             self._session = Session(self.target, self.space)
             report = self.config.getoption("bi_report")
             self._session.report_path = Path(report) if report else None
+            self._session.known = self.known
         return self._session
+
+    @property
+    def known(self):
+        from .known import DataFileError, load_known
+
+        path = self.config.getoption("bi_known")
+        try:
+            return load_known(path) if path else []
+        except DataFileError as exc:
+            raise pytest.UsageError(f"bi_props: bad known-failures file: {exc}") from None
+
+    @property
+    def regressions(self):
+        from .known import DataFileError, load_regressions
+
+        path = self.config.getoption("bi_regressions")
+        try:
+            return load_regressions(path) if path else []
+        except DataFileError as exc:
+            raise pytest.UsageError(f"bi_props: bad regressions file: {exc}") from None
 
 
 def _active_profile(config: pytest.Config) -> str:
@@ -108,6 +142,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """Each op x property x switch state is its own test id (and its own database key)."""
+    if "bi_regression" in metafunc.fixturenames:
+        regressions = metafunc.config.stash[_KEY].regressions
+        metafunc.parametrize(
+            "bi_regression",
+            [
+                pytest.param(r, id=f"{r.op}-{r.property}-{r.switch}-{i}")
+                for i, r in enumerate(regressions)
+            ],
+        )
+        return
     if not set(PARAMS) <= set(metafunc.fixturenames):
         return
     from .catalogue import cells, controls
@@ -131,6 +175,12 @@ def pytest_collection_modifyitems(
 ) -> None:
     """Probe the target once if property tests were collected: a missing stack fails the session
     with one message, or, with --bi-allow-missing, skips them and says so loudly."""
+    state = config.stash[_KEY]
+    if not state.regressions:  # no regressions file: nothing to run, say so as 'deselected'
+        unused = [i for i in items if getattr(i, "originalname", "") == "test_regression"]
+        if unused:
+            config.hook.pytest_deselected(items=unused)
+            items[:] = [i for i in items if i not in unused]
     ours = [item for item in items if item.get_closest_marker("bi_props")]
     if not ours:
         return
@@ -165,6 +215,40 @@ def bi_props_session(request: pytest.FixtureRequest):
     return request.config.stash[_KEY].session
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    """A failure of a cell listed in the known-failures file is reported as xfail (known)."""
+    report = yield
+    state = item.config.stash.get(_KEY, None)
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if report.when != "call" or not report.failed or state is None or state._session is None:
+        return report
+    if "bi_regression" in params:
+        r = params["bi_regression"]
+        cell = (r.op, r.property, r.switch)
+    elif "bi_op" in params:
+        cell = (params["bi_op"], params["bi_property"], params["bi_switch"])
+    else:
+        return report
+    known = state._session.known_for(*cell)
+    if known is not None:
+        report.outcome = "skipped"
+        report.wasxfail = f"known failure: {known.reason or 'listed'} {known.link}".strip()
+    return report
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Known failures that record a case are re-run once: still failing, or fixed?"""
+    state = session.config.stash.get(_KEY, None)
+    if state is not None and state._session is not None and state._session.known:
+        from .runner.controller import WorkerFailure
+
+        try:
+            state._session.check_known()
+        except WorkerFailure:
+            pass
+
+
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
     state = config.stash.get(_KEY, None)
     if state is None:
@@ -190,6 +274,18 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
             )
         else:
             tr.line(f"negative control {control.op} {control.property}: {control.message}")
+    for entry in session.known_status:
+        color = {"fixed": {"green": True}, "known": {"yellow": True}}.get(entry["status"], {})
+        tr.line(
+            f"known failure {entry['op']} {entry['property']} [{entry['switch']}]: "
+            f"{entry['status'].upper()}"
+            + (
+                " (it passes now: remove it from the known-failures file)"
+                if entry["status"] == "fixed"
+                else ""
+            ),
+            **color,
+        )
     for op, why in session.not_covered.items():
         tr.line(f"not covered: {op}: {why}", yellow=True)
     for f in session.findings:

@@ -18,6 +18,7 @@ from hypothesis.errors import NoSuchExample
 
 from . import properties
 from .case import Case
+from .known import KnownFailure
 from .observation import Hello
 from .runner.controller import Runner, WorkerFailure
 from .space import Space
@@ -40,6 +41,7 @@ class Finding:
     reproduced_in_fresh_process: bool | None
     error_type: str | None = None
     reproducer: str | None = None
+    status: str = "new"  # "known" when a known-failures entry names its signature
 
     def signature(self) -> tuple:
         return (self.target, self.op, self.property, self.switch, self.kind, self.error_type)
@@ -65,6 +67,8 @@ class Session:
     controls: list[Control] = field(default_factory=list)
     not_covered: dict[str, str] = field(default_factory=dict)
     report_path: Path | None = None
+    known: list[KnownFailure] = field(default_factory=list)
+    known_status: list[dict[str, Any]] = field(default_factory=list)
     started: float = field(default_factory=time.time)
     _strategies: dict = field(default_factory=dict, repr=False)
     examples_log: list[dict] = field(default_factory=list, repr=False)
@@ -182,13 +186,16 @@ class Session:
         if not _is_final_replay():
             return
         reproduced = self._reproduces_fresh(op, prop, switch, case)
-        note(f"Reproduced in a fresh worker process: {reproduced}")
+        _note(f"Reproduced in a fresh worker process: {reproduced}")
         finding = Finding(
             self.target, op, prop, switch, kind, repr(case), message, reproduced, error
         )
+        if any(k.matches(finding.signature()) for k in self.known):
+            finding.status = "known"
+            _note("This failure is listed as a known failure.")
         finding.reproducer = self.write_reproducer(finding, case)
         if finding.reproducer:
-            note(f"Standalone reproducer: {finding.reproducer}")
+            _note(f"Standalone reproducer: {finding.reproducer}")
         self.record(finding)
 
     def _reproduces_fresh(self, op: str, prop: str, switch: str, case: Case) -> bool:
@@ -219,7 +226,7 @@ class Session:
                 self.space.example_timeout_s,
             )
         except (NotImplementedError, WorkerFailure) as exc:
-            note(f"No standalone reproducer: {exc}")
+            _note(f"No standalone reproducer: {exc}")
             return None
         name = "-".join(
             [finding.op, finding.property, finding.switch, finding.kind, str(len(self.findings))]
@@ -232,6 +239,36 @@ class Session:
         self.write_report()
 
     # -- the negative control ------------------------------------------------------------------
+
+    # -- known failures ------------------------------------------------------------------------
+
+    def known_for(self, op: str, prop: str, switch: str) -> KnownFailure | None:
+        """The known-failure entry of this target naming this cell, if any."""
+        for k in self.known:
+            if k.target in ("*", self.target) and k.cell() == (op, prop, switch):
+                return k
+        return None
+
+    def check_known(self) -> list[dict[str, Any]]:
+        """Re-run every known failure of this target that records its case: still failing, or
+        fixed? Entries without a case are marked 'listed' (judged by whether the run finds it)."""
+        from .case import parse_case
+
+        self.known_status = []
+        for k in self.known:
+            if k.target not in ("*", self.target) or k.op not in self.space.ops:
+                continue
+            status = "listed"
+            if k.case:
+                case = parse_case(k.case)
+                try:
+                    verdict = self.judge(k.op, k.property, k.switch, case)
+                    status = "fixed" if verdict.ok else "known"
+                except WorkerFailure:
+                    status = "known"
+            self.known_status.append({**asdict(k), "status": status})
+        self.write_report()
+        return self.known_status
 
     def control(self, op: str, prop: str = "batch_invariance") -> Control:
         """Search for batch variance with the switch off; shrink to the smallest case that shows it.
@@ -277,6 +314,7 @@ class Session:
             "findings": [asdict(f) for f in self.findings],
             "controls": [asdict(c) for c in self.controls],
             "not_covered": [{"op": op, "reason": why} for op, why in self.not_covered.items()],
+            "known": self.known_status,
         }
 
     def write_report(self) -> None:
@@ -291,6 +329,15 @@ class Session:
         self.flush_examples()
         self.write_report()
         self.runner.close()
+
+
+def _note(text: str) -> None:
+    """Hypothesis' note() inside a test (it lands in the falsifying example), a no-op outside."""
+    try:
+        current_build_context()
+    except Exception:
+        return
+    note(text)
 
 
 def _is_final_replay() -> bool:

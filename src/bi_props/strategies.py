@@ -67,12 +67,25 @@ def integers(low: int, high: int) -> st.SearchStrategy[int]:
 
 @lru_cache(maxsize=4096)
 def extents(extent: Extent, boundaries: tuple[int, ...]) -> st.SearchStrategy[int]:
-    """An integer in the extent, half of the time on a tile boundary; shrinks toward ``min``."""
+    """An integer in the extent, half of the time snapped onto a tile edge; shrinks toward ``min``.
+
+    Drawn as (v, snap, offset): with ``snap`` the value is the largest tile centre <= v (a
+    boundary or a multiple of 16) plus ``offset`` in {0, -1, +1}. Shrinking ``snap`` to False
+    leaves plain v, so a failure at "K >= 20" shrinks to exactly 20, not to the edge 31."""
     plain = integers(extent.min, extent.max)
-    edges = boundary_values(extent, boundaries)
-    if not edges:
+    centres = sorted({b for b in boundaries} | set(range(16, max(boundaries, default=16) + 1, 16)))
+    centres = [c for c in centres if extent.min - 1 <= c <= extent.max + 1]
+    if not centres:
         return plain
-    return st.one_of(plain, st.sampled_from(edges))
+
+    def place(drawn: tuple[int, bool, int]) -> int:
+        v, snap, offset = drawn
+        below = [c for c in centres if c <= v]
+        if not snap or not below:
+            return v
+        return min(max(below[-1] + offset, extent.min), extent.max)
+
+    return st.tuples(plain, st.booleans(), st.sampled_from((0, -1, 1))).map(place)
 
 
 def _clip(extent: Extent, low: int | None = None, high: int | None = None) -> Extent:

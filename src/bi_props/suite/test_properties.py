@@ -9,6 +9,13 @@ from hypothesis import strategies as st
 
 
 @pytest.mark.bi_props
+def test_regression(bi_props_session, bi_regression):
+    """Promoted regression cases (``--bi-regressions``), run before anything is generated."""
+    r = bi_regression
+    bi_props_session.check(r.op, r.property, r.switch, r.case)
+
+
+@pytest.mark.bi_props
 @given(data=st.data())
 def test_property(bi_props_session, bi_op, bi_property, bi_switch, data):
     session = bi_props_session

@@ -1,0 +1,709 @@
+"""catalogue.py and materialize.py: operand shapes and layouts, deterministic values, the soundness
+of exact comparison (any summation order gives the same bits), and bounded references that hold
+stock torch's CPU results and reject wrong ones.
+
+The op calls here are stock torch: nothing installs the batch-invariant kernels in this process.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from bi_props import materialize as M
+from bi_props.case import Batch, Case, Companion
+from bi_props.catalogue import OPS, Reference, out_dtype
+from bi_props.compare import bits_to_float64, compare_bits, compare_to_reference, round_to_bits
+from bi_props.observation import Call, Observation, TensorBits
+from bi_props.properties import reference as judge_reference
+from bi_props.space import parse
+from bi_props.strategies import cases
+
+SMALL = parse(
+    {
+        "shapes": {
+            "rows": {"min": 1, "max": 6},
+            "dim": {"min": 0, "max": 40},
+            "boundaries": [16, 32],
+        },
+        "batch": {"max_companions": 3, "companion_rows": {"min": 1, "max": 5}},
+        "attention": {"length": {"min": 1, "max": 10}, "head_dims": [8, 16]},
+    },
+    "small.toml",
+    "small",
+)
+EXACT = parse(
+    {
+        "values": {"choices": ["exact"]},
+        "shapes": {
+            "rows": {"min": 1, "max": 6},
+            "dim": {"min": 0, "max": 64},
+            "boundaries": [16, 32, 64],
+        },
+    },
+    "exact.toml",
+    "exact",
+)
+BOUNDED = parse(
+    {
+        "dtypes": {"choices": ["float32", "bfloat16"]},
+        "values": {"choices": ["general", "wide"]},
+        "shapes": {
+            "rows": {"min": 1, "max": 6},
+            "dim": {"min": 0, "max": 48},
+            "boundaries": [16, 32],
+        },
+        "attention": {"length": {"min": 1, "max": 10}, "head_dims": [8, 16]},
+    },
+    "bounded.toml",
+    "bounded",
+)
+
+CHEAP = dict(
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+BOUNDED_OPS = ["mm", "addmm", "linear", "sum", "mean", "softmax", "log_softmax", "rms_norm"]
+# The ops whose exact value class this file can emulate (see _emulate).
+EXACT_OPS = ["mm", "matmul", "bmm", "addmm", "linear", "sum", "mean", "add_rms_norm"]
+# Ops with a float64 reference (the probe model has none: it is judged by logprobs/decode).
+REFERENCE_OPS = [op for op, info in OPS.items() if "reference" in info.properties]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _stock_torch():
+    register = sys.modules.get("bi_props.targets.kernels.register")
+    assert register is None or not register._INSTALLED, "batch-invariant kernels are installed"
+
+
+def _bits(t: torch.Tensor) -> np.ndarray:
+    return M.bits(t)[3]
+
+
+def _run(case: Case, samples=None):
+    """Stock call and references for the needle (or the given samples)."""
+    samples = samples or M.needle(case)
+    args = M.operands(case, samples, "cpu")
+    lengths = [rows for _, rows in samples]
+    result = OPS[case.op].call(case.entry, args, case, lengths)
+    outputs = tuple(result) if isinstance(result, (tuple, list)) else (result,)
+    refs = OPS[case.op].references([M.to_float64(a) for a in args], case, lengths)
+    return args, outputs, refs
+
+
+def _observe(outputs, refs) -> Observation:
+    call = Call(outputs=tuple(TensorBits(*M.bits(t)) for t in outputs))
+    return Observation("reference", "disabled", {"op": call}, references=tuple(refs))
+
+
+# ---------------------------------------------------------------------------------------------
+# The catalogue's shape functions
+
+
+@pytest.mark.parametrize("op", list(OPS))
+def test_operand_shapes_agree_with_operands(op):
+    info = OPS[op]
+    assert info.entries and info.shape_doc
+
+    assert "determinism" in info.properties
+
+    @settings(max_examples=15, **CHEAP)
+    @given(cases(SMALL, op, "determinism"), st.integers(1, 9))
+    def run(case, rows):
+        specs = info.operands(case)
+        shapes = info.operand_shapes(case, rows)
+        assert len(shapes) == len(specs) == len(case.layouts)
+        other = info.operand_shapes(case, rows + 3)
+        for spec, shape, bigger in zip(specs, shapes, other, strict=True):
+            if spec.batch_axis is None:  # shared: independent of the rows
+                assert shape == bigger, (spec, case)
+            else:  # per sample: the rows sit on the batch axis
+                assert shape[spec.batch_axis] == rows, (spec, case)
+                assert bigger[spec.batch_axis] == rows + 3
+                assert shape[: spec.batch_axis] + shape[spec.batch_axis + 1 :] == (
+                    bigger[: spec.batch_axis] + bigger[spec.batch_axis + 1 :]
+                )
+        assert len(info.output_batch_axes) >= 1
+
+    run()
+
+
+def test_shape_docs_match_operand_shapes():
+    case = Case("mm", "torch.mm", "float32", (3, 5, 7), ("contiguous",) * 2, "general", 0)
+    assert OPS["mm"].operand_shapes(case, 3) == ((3, 5), (5, 7))
+    case = Case(
+        "addmm",
+        "torch.addmm",
+        "float32",
+        (3, 5, 7),
+        ("contiguous",) * 3,
+        "general",
+        0,
+        {"bias": "matrix"},
+    )
+    assert OPS["addmm"].operand_shapes(case, 2) == ((2, 7), (2, 5), (5, 7))
+    case = Case(
+        "linear",
+        "F.linear",
+        "float32",
+        (3, 4, 5, 7),
+        ("contiguous",) * 3,
+        "general",
+        0,
+        {"bias": True, "form": "3d"},
+    )
+    assert OPS["linear"].operand_shapes(case, 2) == ((2, 4, 5), (7, 5), (7,))
+    case = Case(
+        "attention",
+        OPS["attention"].entries[0],
+        "float32",
+        (6, 4, 2, 8),
+        ("contiguous",) * 3,
+        "general",
+        0,
+    )
+    assert OPS["attention"].operand_shapes(case, 6) == ((6, 4, 8), (6, 2, 8), (6, 2, 8))
+
+
+# ---------------------------------------------------------------------------------------------
+# materialize
+
+
+def _check_layout(t: torch.Tensor, layout: str) -> None:
+    if layout == "contiguous":
+        assert t.is_contiguous() and t.storage_offset() == 0
+    elif layout == "offset":
+        assert t.is_contiguous() and t.storage_offset() > 0
+    elif layout == "strided" or (layout == "transposed" and t.dim() == 1):
+        assert t.stride(-1) == 2
+    elif layout == "transposed":
+        rows, cols = t.shape[-2], t.shape[-1]
+        if rows > 1 and cols > 1:  # with a unit dimension a transpose is still contiguous
+            assert t.stride(-2) == 1 and t.stride(-1) == rows, (t.shape, t.stride())
+            assert not t.is_contiguous()
+    else:  # pragma: no cover
+        raise AssertionError(layout)
+
+
+@pytest.mark.parametrize("op", list(OPS))
+def test_materialized_operands(op):
+    info = OPS[op]
+
+    @settings(max_examples=10, **CHEAP)
+    @given(cases(SMALL, op, "determinism"))
+    def run(case):
+        samples = M.batch_samples(case)
+        assert len(samples) == case.batch.size
+        tensors = M.operands(case, samples, "cpu")
+        specs = info.operands(case)
+        assert len(tensors) == len(specs)
+        for index, (t, spec, layout) in enumerate(zip(tensors, specs, case.layouts, strict=True)):
+            if spec.tokens:  # token ids
+                assert t.dtype == torch.int64
+                assert t.numel() == 0 or 0 <= int(t.min()) <= int(t.max()) < spec.tokens
+            else:
+                assert t.dtype == getattr(torch, case.dtype)
+            if spec.batch_axis is None:
+                expected = info.operand_shapes(case, samples[0][1])[index]
+            else:
+                parts = [info.operand_shapes(case, rows)[index] for _, rows in samples]
+                total = sum(p[spec.batch_axis] for p in parts)
+                expected = list(parts[0])
+                expected[spec.batch_axis] = total
+                expected = tuple(expected)
+            assert tuple(t.shape) == expected, (index, case)
+            _check_layout(t, layout)
+        # Deterministic, and the same values whatever the layouts.
+        again = M.operands(case, samples, "cpu")
+        plain = Case(
+            case.op,
+            case.entry,
+            case.dtype,
+            case.shape,
+            ("contiguous",) * len(case.layouts),
+            case.values,
+            case.seed,
+            dict(case.options),
+            case.batch,
+        )
+        flat = M.operands(plain, samples, "cpu")
+        for t, u, f in zip(tensors, again, flat, strict=True):
+            np.testing.assert_array_equal(_bits(t), _bits(u))
+            np.testing.assert_array_equal(_bits(t), _bits(f))
+        # The needle's rows inside the batch are the needle's tensors alone; shared ones equal.
+        # (Bitwise except NaN payloads: see test_needle_nan_bits_do_not_depend_on_the_batch.)
+        alone = M.operands(case, M.needle(case), "cpu")
+        offset = case.batch.needle_offset(case.shape[0])
+        for t, a, spec in zip(tensors, alone, specs, strict=True):
+            if spec.batch_axis is not None:
+                t = t[M.row_slice(offset, case.shape[0], spec.batch_axis, t.dim())]
+            if case.values == "special" and t.is_floating_point():
+                got, want = M.to_float64(t), M.to_float64(a)
+                np.testing.assert_array_equal(got, want)  # NaN meets NaN
+                np.testing.assert_array_equal(
+                    np.signbit(got[got == 0]), np.signbit(want[want == 0])
+                )
+            else:
+                np.testing.assert_array_equal(_bits(t), _bits(a))
+        # Value classes.
+        values = [
+            M.to_float64(t) for t, spec in zip(tensors, specs, strict=True) if not spec.tokens
+        ]
+        if case.values == "exact":
+            amplitude = info.exact_amplitude(case)
+            for v in values:
+                assert np.all(v == np.round(v)) and np.all(np.abs(v) <= amplitude)
+        elif case.values in ("general", "wide"):
+            assert all(np.isfinite(v).all() for v in values)
+
+    run()
+
+
+def test_needle_nan_bits_do_not_depend_on_the_batch():
+    for seed in range(40):
+        batch = Batch(1, (Companion(1000 + seed, 40), Companion(2000 + seed, 40)))
+        case = Case(
+            "sum",
+            "torch.sum",
+            "bfloat16",
+            (1, 10),
+            ("contiguous",),
+            "special",
+            seed,
+            {"dim": -1},
+            batch,
+        )
+        (together,) = M.operands(case, M.batch_samples(case), "cpu")
+        (alone,) = M.operands(case, M.needle(case), "cpu")
+        offset = case.batch.needle_offset(1)
+        np.testing.assert_array_equal(
+            _bits(together[offset : offset + 1]), _bits(alone), err_msg=f"seed {seed}"
+        )
+
+
+def test_values_depend_on_seed_and_operand():
+    case = Case("mm", "torch.mm", "float32", (4, 6, 5), ("contiguous",) * 2, "general", 11)
+    a, b = M.values((4, 6), 11, 0, case), M.values((4, 6), 11, 0, case)
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, M.values((4, 6), 12, 0, case))
+    assert not np.array_equal(a, M.values((4, 6), 11, 1, case))
+    # general values are float32 numbers (exactly representable)
+    np.testing.assert_array_equal(a, a.astype(np.float32).astype(np.float64))
+
+
+def test_special_values_include_specials():
+    case = Case("sum", "torch.sum", "float32", (50, 40), ("contiguous",), "special", 3)
+    v = M.values((50, 40), 3, 0, case)
+    assert np.isnan(v).any() and np.isposinf(v).any() and np.isneginf(v).any()
+    assert (np.signbit(v) & (v == 0)).any()
+
+
+def test_apply_layout_keeps_values_and_shape():
+    t = torch.arange(24, dtype=torch.float32).reshape(2, 3, 4)
+    for layout in ("contiguous", "transposed", "offset", "strided"):
+        u = M.apply_layout(t, layout)
+        assert torch.equal(u, t) and u.shape == t.shape
+        _check_layout(u, layout)
+    v = torch.arange(5, dtype=torch.bfloat16)
+    assert torch.equal(M.apply_layout(v, "transposed"), v)
+    assert M.apply_layout(v, "transposed").stride() == (2,)
+
+
+def test_bits_of_a_tensor():
+    t = torch.tensor([1.0, -0.0, float("inf")], dtype=torch.bfloat16)
+    dtype, shape, device, bits = M.bits(M.apply_layout(t, "strided"))
+    assert (dtype, shape, device) == ("bfloat16", (3,), "cpu")
+    assert bits.tolist() == [0x3F80, 0x8000, 0x7F80] and bits.dtype == np.uint16
+
+
+# ---------------------------------------------------------------------------------------------
+# Exact comparison is sound: another summation order gives the same bits.
+
+
+def _tree_sum(p: np.ndarray, axis: int) -> np.ndarray:
+    """Pairwise float32 sum along ``axis``."""
+    p = np.moveaxis(p, axis, 0)
+    if p.shape[0] == 0:
+        return np.zeros(p.shape[1:], dtype=np.float32)
+    while p.shape[0] > 1:
+        half = p.shape[0] // 2
+        paired = p[:half] + p[half : 2 * half]
+        p = np.concatenate([paired, p[2 * half :]]) if p.shape[0] % 2 else paired
+    return p[0]
+
+
+def _reversed_sum(
+    p: np.ndarray, axis: int, start: np.ndarray | float = 0.0, store: str = "float32"
+) -> np.ndarray:
+    """Sequential float32 sum along ``axis``, last term first, from ``start``; each partial sum
+    rounded into ``store`` (a kernel accumulating in a 16-bit output)."""
+    p = np.moveaxis(p, axis, 0)
+    acc = np.zeros(p.shape[1:], dtype=np.float32) + np.float32(start)
+    for term in p[::-1]:
+        acc = _round_to((acc + term).astype(np.float32), store)
+    return acc
+
+
+def _products(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """float32 products a[..., i, k] * b[..., k, j], shaped (..., i, k, j)."""
+    return a.astype(np.float32)[..., :, :, None] * b.astype(np.float32)[..., None, :, :]
+
+
+def _contract(a: np.ndarray, b: np.ndarray, how: str, start=0.0, store="float32") -> np.ndarray:
+    vector = b.ndim == 1
+    if vector:
+        b = b[:, None]
+    p = _products(a, b)
+    if how == "tree":
+        out = _tree_sum(p, -2) + np.float32(start)
+    else:
+        out = _reversed_sum(p, -2, start, store)
+    return out[..., 0] if vector else out
+
+
+def _round_to(values: np.ndarray, dtype: str) -> np.ndarray:
+    """Round a float32 intermediate into ``dtype`` and back (a 16-bit kernel's storage)."""
+    return bits_to_float64(round_to_bits(values.astype(np.float64), dtype), dtype).astype(
+        np.float32
+    )
+
+
+def _emulate(case: Case, x: list[np.ndarray], how: str) -> list[np.ndarray]:
+    """A float32 kernel computing the op in another order; float32 results, one per output.
+    ``how``: "tree" (pairwise), "reversed" (sequential, last term first), or "narrow" (reversed,
+    every partial result rounded into the output dtype)."""
+    op = case.op
+    store = out_dtype(case) if how == "narrow" else "float32"
+    if op in ("mm", "matmul", "bmm"):
+        return [_contract(x[0], x[1], how, store=store)]
+    if op == "linear":
+        bias = x[2].astype(np.float32) if len(x) == 3 else np.float32(0.0)
+        if how == "tree":
+            return [_contract(x[0], x[1].T, how) + bias]
+        # the accumulator starts at the bias
+        return [_contract(x[0], x[1].T, how, start=bias, store=store)]
+    if op == "addmm":
+        c, a, b = x
+        beta, alpha = np.float32(case.opt("beta", 1)), np.float32(case.opt("alpha", 1))
+        c_term = beta * c.astype(np.float32) if beta else np.float32(0.0)
+        if how == "tree":
+            return [c_term + alpha * _contract(a, b, how)]
+        return [_contract(a * alpha, b, how, start=c_term, store=store)]
+    if op in ("sum", "mean"):
+        dims = (
+            tuple(range(x[0].ndim))
+            if case.opt("dim") is None
+            else ((case.opt("dim"),) if isinstance(case.opt("dim"), int) else case.opt("dim"))
+        )
+        dims = tuple(sorted(d % x[0].ndim for d in dims))
+        keep = [d for d in range(x[0].ndim) if d not in dims]
+        moved = np.transpose(x[0].astype(np.float32), keep + list(dims))
+        flat = moved.reshape((*moved.shape[: len(keep)], math.prod(moved.shape[len(keep) :])))
+        if how == "tree":
+            total = _tree_sum(flat, -1) + np.float32(0)
+        else:
+            total = _reversed_sum(flat, -1, store=store)
+        n = flat.shape[-1]
+        if op == "mean":
+            total = total / np.float32(n) if how == "tree" else total * np.float32(1 / n)
+        if case.opt("keepdim") and case.opt("dim") is not None:
+            total = np.expand_dims(total, dims)
+        return [np.asarray(total, dtype=np.float32)]
+    if op == "add_rms_norm":
+        total = x[0].astype(np.float32) + x[1].astype(np.float32)
+        return [None, total]  # only the residual output is exact
+    raise AssertionError(op)  # pragma: no cover
+
+
+@pytest.mark.parametrize("op", [op for op in OPS if op not in EXACT_OPS])
+def test_other_ops_never_claim_exactness(op):
+    """Exactness is claimed only where this file checks that it is sound."""
+
+    props = OPS[op].properties
+    prop = "reference" if "reference" in props else props[0]
+
+    @settings(max_examples=15, **CHEAP)
+    @given(cases(EXACT, op, prop))
+    def run(case):
+        assert OPS[op].exact_amplitude(case) == 0
+        assert case.values != "exact"
+
+    run()
+
+
+@pytest.mark.parametrize("op", EXACT_OPS)
+def test_exact_class_is_order_independent(op):
+    """For exact inputs, float32 kernels summing in other orders (reversed sequential from a
+    zeroed/bias-initialised accumulator; pairwise; accumulating in the output dtype) round to
+    exactly the reference's bits."""
+
+    @settings(max_examples=25, **CHEAP)
+    @given(cases(EXACT, op, "reference"))
+    def run(case):
+        assume(case.values == "exact")
+        assert OPS[op].exact_amplitude(case) >= 1
+        dtype = out_dtype(case)
+        args = M.operands(case, M.needle(case), "cpu")
+        x = [M.to_float64(a) for a in args]
+        refs = OPS[op].reference(x, case, [case.shape[0]])
+        for how in ("reversed", "tree", "narrow"):
+            for ref, emulated in zip(refs, _emulate(case, x, how), strict=True):
+                if emulated is None:
+                    continue
+                assert ref.dtype == dtype
+                assert emulated.shape == ref.value.shape, (how, case)
+                want = round_to_bits(ref.value, dtype)
+                got = round_to_bits(emulated.astype(np.float64), dtype)
+                mismatch = compare_bits(got, want, dtype, f"{how} order vs reference")
+                assert mismatch is None, f"{case!r}\n{mismatch}"
+                # The reference is itself exactly representable: rounding it changes nothing.
+                np.testing.assert_array_equal(bits_to_float64(want, dtype), ref.value)
+
+    run()
+
+
+@pytest.mark.parametrize("op", ["addmm", "linear"])
+def test_exact_class_survives_sixteen_bit_intermediates(op):
+    """A 16-bit kernel may round the product into the output dtype before it adds the bias
+    (or scales by alpha): still the same values for exact inputs (zeros may differ in sign,
+    see test_stock_signed_zeros_pass_the_reference_property)."""
+    space = parse(
+        {
+            "dtypes": {"choices": ["bfloat16", "float16"]},
+            "values": {"choices": ["exact"]},
+            "shapes": {"rows": {"min": 1, "max": 4}, "dim": {"min": 0, "max": 40}},
+        },
+        "16.toml",
+        "16",
+    )
+
+    @settings(max_examples=40, **CHEAP)
+    @given(cases(space, op, "reference"))
+    def run(case):
+        assume(case.values == "exact")
+        dtype = out_dtype(case)
+        x = [M.to_float64(a) for a in M.operands(case, M.needle(case), "cpu")]
+        (ref,) = OPS[op].reference(x, case, [case.shape[0]])
+        if op == "addmm":
+            c, a, b = x
+            product = _round_to(_contract(a, b, "reversed"), dtype)
+            beta, alpha = case.opt("beta", 1), case.opt("alpha", 1)
+            result = alpha * product.astype(np.float64) + (beta * c if beta else 0.0)
+        else:
+            product = _round_to(_contract(x[0], x[1].T, "tree"), dtype)
+            result = product.astype(np.float64) + (x[2] if len(x) == 3 else 0.0)
+        got = bits_to_float64(round_to_bits(result, dtype), dtype)
+        want = bits_to_float64(round_to_bits(ref.value, dtype), dtype)
+        np.testing.assert_array_equal(got, want)  # == : -0.0 equals 0.0
+
+    run()
+
+
+@pytest.mark.parametrize("op", ["mm", "matmul", "bmm", "addmm", "linear", "sum", "mean"])
+def test_stock_torch_is_exact_on_exact_inputs(op):
+    """Stock torch's CPU kernels on exact inputs give the correctly rounded reference (up to the
+    sign of a zero), in every dtype."""
+
+    @settings(max_examples=15, **CHEAP)
+    @given(cases(EXACT, op, "reference"))
+    def run(case):
+        assume(case.values == "exact")
+        _, outputs, refs = _run(case)
+        for out, ref in zip(outputs, refs, strict=True):
+            got = bits_to_float64(_bits(out), ref.dtype)
+            np.testing.assert_array_equal(got, ref.value, err_msg=repr(case))
+
+    run()
+
+
+@pytest.mark.parametrize("op", ["mm", "matmul", "bmm", "addmm", "linear", "sum", "mean"])
+def test_exact_class_references_are_bitwise(op):
+    shape = (2, 4, 4, 4) if op == "bmm" else (2, 4, 4)
+    options = {"dim": -1} if op in ("sum", "mean") else {}
+    probe = Case(op, "", "float32", shape, (), "exact", 5, options)
+    layouts = ("contiguous",) * len(OPS[op].operands(probe))
+    case = Case(op, OPS[op].entries[0], "float32", shape, layouts, "exact", 5, options)
+    assert OPS[op].exact_amplitude(case) >= 1
+    _, _, refs = _run(case)
+    assert all(ref.tolerance is None for ref in refs)
+
+
+def test_add_rms_norm_residual_is_bitwise_for_exact_inputs():
+    case = Case(
+        "add_rms_norm",
+        OPS["add_rms_norm"].entries[0],
+        "bfloat16",
+        (3, 8),
+        ("contiguous",) * 3,
+        "exact",
+        1,
+    )
+    _, outputs, refs = _run(case)
+    y, residual = refs
+    assert residual.tolerance is None and y.tolerance is not None
+    assert judge_reference(_observe(outputs, refs)).ok
+    general = Case(
+        *[getattr(case, f) for f in ("op", "entry", "dtype", "shape", "layouts")], "general", 1
+    )
+    assert _run(general)[2][1].tolerance is not None
+
+
+@pytest.mark.parametrize(
+    ("op", "dtype", "options"),
+    [
+        ("mm", "float32", {}),
+        ("addmm", "bfloat16", {"beta": 0, "alpha": -1, "bias": "vector"}),
+        ("addmm", "float16", {"beta": 0, "alpha": -1, "bias": "vector"}),
+    ],
+)
+def test_stock_signed_zeros_pass_the_reference_property(op, dtype, options):
+    """Guard: stock torch returns -0.0 where an exact product is zero (float32 mm with K = 1 and
+    a zero times a negative; 16-bit addmm with beta = 0, alpha = -1), while the float64 reference
+    is +0.0. The sign of a zero depends on the order of operations, so an exact-class reference
+    check must accept either zero (a plain bitwise comparison would reject stock torch)."""
+    k = 1 if op == "mm" else 2
+    a = torch.tensor([[0.0] * k, [0.0] * k, [2.0] * k], dtype=getattr(torch, dtype))
+    b = torch.tensor([[-3.0, 0.0, 5.0]] * k, dtype=getattr(torch, dtype))
+    case = Case(
+        op,
+        OPS[op].entries[0],
+        dtype,
+        (3, k, 3),
+        ("contiguous",) * (2 if op == "mm" else 3),
+        "exact",
+        0,
+        options,
+    )
+    args = [a, b] if op == "mm" else [torch.ones(3, dtype=a.dtype), a, b]
+    (out,) = (OPS[op].call(case.entry, args, case, [3]),)
+    refs = OPS[op].references([M.to_float64(t) for t in args], case, [3])
+    got = bits_to_float64(_bits(out), dtype)
+    assert (np.signbit(got) & (got == 0)).any(), "precondition: torch returned a -0.0"
+    assert not (np.signbit(refs[0].value) & (refs[0].value == 0)).any()
+    verdict = judge_reference(_observe((out,), refs))
+    assert verdict.ok, verdict.message
+
+
+# ---------------------------------------------------------------------------------------------
+# Bounded references hold stock torch's results and reject wrong ones.
+
+
+@pytest.mark.parametrize("op", REFERENCE_OPS)
+def test_bounded_reference_contains_stock_torch(op):
+    @settings(max_examples=25, **CHEAP)
+    @given(cases(BOUNDED, op, "reference"))
+    def run(case):
+        _, outputs, refs = _run(case)
+        assert len(outputs) == len(refs)
+        for out, ref in zip(outputs, refs, strict=True):
+            assert isinstance(ref, Reference) and ref.tolerance is not None
+            assert ref.dtype == str(out.dtype).removeprefix("torch.") == out_dtype(case)
+            assert tuple(out.shape) == ref.value.shape
+            tol = np.broadcast_to(ref.tolerance, ref.value.shape)
+            assert np.all((tol >= 0) | np.isnan(ref.value))  # mean of nothing: NaN, NaN
+            mismatch = compare_to_reference(_bits(out), ref.value, ref.tolerance, ref.dtype, "x")
+            assert mismatch is None, f"{case!r}\n{mismatch}"
+        verdict = judge_reference(_observe(outputs, refs))
+        assert verdict.ok, verdict.message
+
+    run()
+
+
+def _perturbable(ref: Reference, out_bits: np.ndarray) -> int | None:
+    """An element where a 5% change must leave the bound (None if the bound is too loose)."""
+    value = np.abs(np.asarray(ref.value, dtype=np.float64)).ravel()
+    tol = np.broadcast_to(ref.tolerance, ref.value.shape).ravel()
+    ok = np.isfinite(value) & (0.05 * value > 4 * tol) & (value > 1e-30)
+    if not ok.any():
+        return None
+    return int(np.argmax(np.where(ok, value / np.maximum(tol, 1e-300), -1)))
+
+
+@pytest.mark.parametrize("op", BOUNDED_OPS)
+def test_bounded_reference_rejects_a_perturbed_element(op):
+    @settings(max_examples=20, **CHEAP)
+    @given(cases(BOUNDED, op, "reference"))
+    def run(case):
+        _, outputs, refs = _run(case)
+        (out,), (ref,) = outputs, refs
+        bits = _bits(out)
+        index = _perturbable(ref, bits)
+        assume(index is not None)
+        values = bits_to_float64(bits, ref.dtype).ravel()
+        values[index] *= 1.05
+        wrong = round_to_bits(values.reshape(bits.shape), ref.dtype)
+        mismatch = compare_to_reference(wrong, ref.value, ref.tolerance, ref.dtype, "perturbed")
+        assert mismatch is not None, repr(case)
+        assert mismatch.mismatched == 1
+        assert np.ravel_multi_index(mismatch.first_index, bits.shape) == index
+        assert not judge_reference(
+            _observe((torch.from_numpy(bits_to_float64(wrong, ref.dtype)).to(out.dtype),), refs)
+        ).ok
+
+    run()
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_bounded_reference_rejects_a_transposed_operand(dtype):
+    for seed in range(5):
+        case = Case("mm", "torch.mm", dtype, (8, 8, 8), ("contiguous",) * 2, "general", seed)
+        (a, b), (out,), (ref,) = _run(case)
+        assert compare_to_reference(_bits(out), ref.value, ref.tolerance, dtype, "x") is None
+        wrong = torch.mm(a, b.T)
+        mismatch = compare_to_reference(_bits(wrong), ref.value, ref.tolerance, dtype, "x")
+        assert mismatch is not None and mismatch.mismatched > 32
+
+
+def test_bounded_reference_rejects_softmax_over_the_wrong_dim():
+    case = Case(
+        "softmax", "torch.softmax", "float32", (6, 9), ("contiguous",), "general", 2, {"dim": -1}
+    )
+    (x,), _, (ref,) = _run(case)
+    wrong = torch.softmax(x, 0)
+    assert compare_to_reference(_bits(wrong), ref.value, ref.tolerance, "float32", "x") is not None
+
+
+def test_bounded_reference_rejects_rms_norm_without_weight():
+    case = Case("rms_norm", "F.rms_norm", "bfloat16", (4, 32), ("contiguous",) * 2, "general", 9)
+    (x, _), _, (ref,) = _run(case)
+    wrong = torch.nn.functional.rms_norm(x, (32,))
+    mismatch = compare_to_reference(_bits(wrong), ref.value, ref.tolerance, "bfloat16", "x")
+    assert mismatch is not None and mismatch.mismatched > 64
+
+
+def test_reference_rounding_error_bound_is_tight_enough_for_float32_mm():
+    """The bound is an error bound, not a blanket: for K = 40 it is well below 1e-4 relative."""
+    case = Case("mm", "torch.mm", "float32", (4, 40, 4), ("contiguous",) * 2, "general", 3)
+    _, _, (ref,) = _run(case)
+    magnitude = np.abs(M.values((4, 40), 3, 0, case)) @ np.abs(M.values((40, 4), 3, 1, case))
+    assert np.all(ref.tolerance <= 1e-4 * magnitude + 1e-30)
+    assert np.all(ref.tolerance >= 40 * 2.0**-24 * magnitude)
+
+
+def test_batch_cases_materialize_for_batchable_ops():
+    """A companion's rows never leak into the needle's reference."""
+    case = Case(
+        "rms_norm",
+        "F.rms_norm",
+        "float32",
+        (2, 16),
+        ("contiguous",) * 2,
+        "general",
+        4,
+        batch=Batch(1, (Companion(7, 3), Companion(8, 2))),
+    )
+    samples = M.batch_samples(case)
+    assert samples == [(7, 3), (4, 2), (8, 2)]
+    batched, _, (ref_batch,) = _run(case, samples)
+    _, _, (ref_alone,) = _run(case)
+    assert batched[0].shape == (7, 16)
+    np.testing.assert_array_equal(ref_batch.value[3:5], ref_alone.value)
+    np.testing.assert_array_equal(ref_batch.tolerance[3:5], ref_alone.tolerance)
+    assert not np.array_equal(ref_batch.value[:2], ref_alone.value)
