@@ -33,6 +33,17 @@ def doctor(target: str, out: TextIO = sys.stdout) -> int:
     print(f"  python: {platform.python_version()} ({sys.executable})", file=out)
     runner = Runner(target, start_timeout_s=600)
     ok = True
+    if target == "ascend":  # the symbol contract, read from the installed source (never imported)
+        from .contract import check_installed
+
+        problems = check_installed()
+        if problems is None:
+            print("  contract: vllm_ascend is not installed (nothing to check)", file=out)
+        else:
+            print(f"  contract: {len(problems)} problem(s) in the installed vllm_ascend", file=out)
+            for problem in problems:
+                print(f"    {problem}", file=out)
+            ok = ok and not problems
     try:
         for switch in ("disabled", "enabled"):
             print(

@@ -154,7 +154,6 @@ OBSERVERS: dict[str, Callable[[Case, Target], dict[str, Any]]] = {
 def export(prop: str, case: Case, target: Target) -> dict[str, Any]:
     """The exact inputs of a case (logical values, before layouts are applied) and, for the
     reference property, the expected values: what a standalone reproducer writes out."""
-    import torch
 
     info = OPS[case.op]
     groups = {"alone": needle(case)}
@@ -169,9 +168,7 @@ def export(prop: str, case: Case, target: Target) -> dict[str, Any]:
                 {
                     "dtype": str(t.dtype).removeprefix("torch."),
                     "shape": list(t.shape),
-                    "bytes": t.contiguous().view(torch.uint8).numpy().tobytes()
-                    if t.is_floating_point()
-                    else t.contiguous().numpy().tobytes(),
+                    "bytes": (bits(t)[3] if t.is_floating_point() else t.numpy()).tobytes(),
                 }
                 for t in tensors
             ],

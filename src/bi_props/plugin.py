@@ -176,11 +176,13 @@ def pytest_collection_modifyitems(
     """Probe the target once if property tests were collected: a missing stack fails the session
     with one message, or, with --bi-allow-missing, skips them and says so loudly."""
     state = config.stash[_KEY]
+    regression = [i for i in items if getattr(i, "originalname", "") == "test_regression"]
     if not state.regressions:  # no regressions file: nothing to run, say so as 'deselected'
-        unused = [i for i in items if getattr(i, "originalname", "") == "test_regression"]
-        if unused:
-            config.hook.pytest_deselected(items=unused)
-            items[:] = [i for i in items if i not in unused]
+        if regression:
+            config.hook.pytest_deselected(items=regression)
+            items[:] = [i for i in items if i not in regression]
+    else:  # promoted regression cases run before anything is generated
+        items[:] = regression + [i for i in items if i not in regression]
     ours = [item for item in items if item.get_closest_marker("bi_props")]
     if not ours:
         return

@@ -20,7 +20,7 @@ from . import properties
 from .case import Case
 from .known import KnownFailure
 from .observation import Hello
-from .runner.controller import Runner, WorkerFailure
+from .runner.controller import InternalError, Runner, WorkerFailure
 from .space import Space
 from .strategies import cases
 
@@ -225,7 +225,7 @@ class Session:
                 hello.environment,
                 self.space.example_timeout_s,
             )
-        except (NotImplementedError, WorkerFailure) as exc:
+        except (NotImplementedError, WorkerFailure, InternalError) as exc:
             _note(f"No standalone reproducer: {exc}")
             return None
         name = "-".join(

@@ -4,7 +4,7 @@ search space; max_examples, database and derandomize come from the Hypothesis pr
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 
@@ -15,7 +15,11 @@ def test_regression(bi_props_session, bi_regression):
     bi_props_session.check(r.op, r.property, r.switch, r.case)
 
 
+# Only the deadline and slow-test health checks are set here, whatever the profile: a first example
+# may start a worker or compile kernels. max_examples, database and derandomize come from the
+# active profile (this module is imported at collection, after Hypothesis loaded the profile).
 @pytest.mark.bi_props
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(data=st.data())
 def test_property(bi_props_session, bi_op, bi_property, bi_switch, data):
     session = bi_props_session

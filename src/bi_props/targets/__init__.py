@@ -12,6 +12,8 @@ from .base import SWITCH_ENV, Target, TargetBroken, TargetMissing, switch_reques
 
 BUILTIN = {
     "cpu": "bi_props.targets.cpu:CpuTarget",
+    "ascend": "bi_props.targets.ascend:AscendTarget",
+    "vllm": "bi_props.targets.vllm:VllmTarget",
 }
 
 
