@@ -1,0 +1,711 @@
+"""Pure logic of the ``ascend`` target: what vllm-ascend's switch installs, per version and backend.
+
+Nothing here imports torch, torch_npu or vllm-ascend, so all of it is unit-tested on any machine and
+shared by the adapter (targets/ascend.py) and the source contract check (bi_props/contract.py).
+
+Where the facts come from (read, not run on an NPU):
+
+- ``vllm_ascend/batch_invariant.py`` of the vllm-ascend 0.23.0 wheel (PyPI), lines 31-39 (Triton
+  imports), 42-47 (``HAS_ASCENDC_BATCH_INVARIANT``), 50-73 (``add_rms_norm``, ``reduce_sum``), 76-93
+  (``override_envs_for_invariance``), 99-137 (``enable_batch_invariant_mode``: the registrations),
+  140-163 (``init_batch_invariance``); ``contract.check_contract`` re-derives the registrations from
+  any source tree and compares them with :func:`registrations`, so this table cannot drift silently;
+- the same file at the git tags v0.13.0rc2 .. v0.25.1rc1 and in the PyPI releases 0.26.0rc1 (wheel),
+  0.27.1rc1, 0.28.0rc1, 0.29.0rc1, 0.30.0rc1, 0.30.0rc2 (sdists): the version thresholds below;
+- the project's UPSTREAM.md for what no published source shows (marked UNVERIFIED below):
+  ``torch_npu.npu.set_deterministic_level`` (torch_npu >= 26.2.0, CANN >= 9.2.0);
+- PyTorch's dispatcher, checked on CPU with the same ``Library("aten", "IMPL").impl`` calls on the
+  CPU key (torch 2.13): ``impl("aten::sum")`` names only the full-reduction overload,
+  ``impl("aten::softmax")`` names no existing overload, and a non-default ``beta``/``alpha`` of
+  ``addmm`` arrives as a keyword argument.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+
+# ---------------------------------------------------------------------------------------------
+# Versions (PEP 440 ordering, as packaging.version orders them; no dependency)
+
+_VERSION_RE = re.compile(
+    r"""^\s*v?
+    (?:(?P<epoch>\d+)!)?
+    (?P<release>\d+(?:\.\d+)*)
+    (?:[-_.]?(?P<pre_l>alpha|a|beta|b|preview|pre|c|rc)[-_.]?(?P<pre_n>\d*))?
+    (?:-(?P<post_n1>\d+)|[-_.]?(?P<post_l>post|rev|r)[-_.]?(?P<post_n2>\d*))?
+    (?:[-_.]?(?P<dev_l>dev)[-_.]?(?P<dev_n>\d*))?
+    (?:\+(?P<local>[a-z0-9]+(?:[-_.][a-z0-9]+)*))?
+    \s*$""",
+    re.VERBOSE | re.IGNORECASE,
+)
+_PRE_ORDER = {"a": 0, "alpha": 0, "b": 1, "beta": 1, "c": 2, "rc": 2, "pre": 2, "preview": 2}
+_INF = float("inf")
+
+
+def version_key(text: str | None) -> tuple | None:
+    """A sort key ordering versions as PEP 440 does (dev < pre < final < post); None if unparsable.
+
+    The local part (``+g1234``) is ignored. CANN's ``8.3.RC1`` parses as ``8.3rc1``.
+    """
+    if not text:
+        return None
+    m = _VERSION_RE.match(str(text))
+    if m is None:
+        return None
+    release = [int(p) for p in m["release"].split(".")]
+    while len(release) > 1 and release[-1] == 0:
+        release.pop()
+    has_post = m["post_l"] is not None or m["post_n1"] is not None
+    has_dev = m["dev_l"] is not None
+    if m["pre_l"] is not None:
+        pre: tuple = (_PRE_ORDER[m["pre_l"].lower()], int(m["pre_n"] or 0))
+    elif has_dev and not has_post:
+        pre = (-1, 0)  # 1.0.dev0 sorts before 1.0a0
+    else:
+        pre = (3, 0)
+    post = int(m["post_n1"] or m["post_n2"] or 0) if has_post else -1
+    dev = int(m["dev_n"] or 0) if has_dev else _INF
+    return (int(m["epoch"] or 0), tuple(release), pre, post, dev)
+
+
+def version_at_least(text: str | None, minimum: str) -> bool | None:
+    """Whether ``text`` >= ``minimum``; None when ``text`` is missing or unparsable."""
+    have, want = version_key(text), version_key(minimum)
+    if have is None or want is None:
+        return None
+    return have >= want
+
+
+def in_range(text: str | None, since: str | None = None, before: str | None = None) -> bool:
+    """``since <= text < before`` (open ends when None); an unknown ``text`` reads as REFERENCE."""
+    text = text if version_key(text) is not None else REFERENCE_VERSION
+    if since is not None and not version_at_least(text, since):
+        return False
+    return not (before is not None and version_at_least(text, before))
+
+
+# The version whose wheel the contract check reads in CI; an unknown version is taken as this one.
+REFERENCE_VERSION = "0.23.0"
+# First tags with each behaviour (git tags of vllm-project/vllm-ascend, read file by file).
+FIRST_VERSION = "0.13.0rc2"  # vllm_ascend/batch_invariant.py appears (Triton only)
+ASCENDC_SINCE = "0.15.0rc1"  # HAS_ASCENDC_BATCH_INVARIANT, AscendC registrations, attention swap
+SOFTMAX_SINCE = "0.16.0rc1"  # Triton aten::softmax / aten::_softmax
+SWAPS_SINCE = "0.16.0rc1"  # torch.sum -> reduce_sum, torch_npu.npu_add_rms_norm -> add_rms_norm
+ASCEND_CONFIG_SINCE = "0.20.2rc1"  # override_envs_for_invariance() calls get_ascend_config()
+# PyPI releases (0.26.0rc1 wheel, 0.27.1rc1 sdist): aten::sum registered up to 0.26.0rc1, then
+# replaced by the torch.Tensor.sum swap (UPSTREAM.md's "0.30.0rc2, PR #14949" is later than that).
+ATEN_SUM_BEFORE = "0.27.1rc1"
+TENSOR_SUM_SINCE = "0.27.1rc1"
+REDUCE_SUM_DTYPE_SINCE = "0.30.0rc1"  # reduce_sum(x, dim, keepdim, *, axis, dtype): last dim only
+# UNVERIFIED (UPSTREAM.md): torch_npu.npu.set_deterministic_level(3) = batch consistency.
+DETERMINISTIC_LEVEL = 3
+DETERMINISTIC_TORCH_NPU_SINCE = "26.2.0"
+DETERMINISTIC_CANN_SINCE = "9.2.0"
+
+# ---------------------------------------------------------------------------------------------
+# Capabilities and registrations
+
+KERNEL_PREFIX = "batch_invariant_ops::"
+BI_MODULE = "vllm_ascend.batch_invariant"
+CONFIG_MODULE = "vllm_ascend.ascend_config"
+TRITON_MATMUL = "vllm_ascend.ops.triton.batch_invariant.matmul"
+TRITON_SOFTMAX = "vllm_ascend.ops.triton.batch_invariant.softmax"
+ASCENDC_OPS = "torch.ops.batch_invariant_ops"
+DISPATCH_KEY = "NPU"
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What the installed stack offers, as vllm-ascend itself sees it (plus versions)."""
+
+    has_ascendc: bool  # vllm_ascend.batch_invariant.HAS_ASCENDC_BATCH_INVARIANT
+    has_triton: bool  # vllm_ascend.batch_invariant.HAS_TRITON (vllm.triton_utils)
+    vllm_ascend: str | None = None
+    torch_npu: str | None = None
+    cann: str | None = None
+
+    @property
+    def backend(self) -> str | None:
+        if self.has_ascendc and self.has_triton:
+            return "ascendc+triton"
+        if self.has_ascendc:
+            return "ascendc"
+        return "triton" if self.has_triton else None
+
+    def as_dict(self) -> dict[str, str]:
+        return {
+            "HAS_ASCENDC_BATCH_INVARIANT": str(self.has_ascendc),
+            "HAS_TRITON": str(self.has_triton),
+            "vllm_ascend": self.vllm_ascend or "unknown",
+            "torch_npu": self.torch_npu or "unknown",
+            "cann": self.cann or "unknown",
+            "backend": self.backend or "none",
+        }
+
+
+@dataclass(frozen=True)
+class Registration:
+    """One thing ``enable_batch_invariant_mode()`` installs.
+
+    ``target`` is ``aten::<op>`` (re-registered on the NPU dispatch key) or a dotted attribute
+    (``torch.sum``) replaced by ``implementation`` (a dotted name).
+    """
+
+    target: str
+    implementation: str
+    backend: str  # "ascendc" | "triton"
+
+    @property
+    def kind(self) -> str:
+        return "aten" if self.target.startswith("aten::") else "swap"
+
+    @property
+    def events(self) -> tuple[str, ...]:
+        """Profiler events one call through this registration records (empty: none by name)."""
+        name = self.implementation.rpartition(".")[2]
+        if self.implementation.startswith(ASCENDC_OPS + "."):
+            return (KERNEL_PREFIX + name,)
+        if self.implementation == f"{BI_MODULE}.reduce_sum":
+            # reduce_sum calls the AscendC kernel when dim is given (or the input is 1-D).
+            return (KERNEL_PREFIX + "npu_reduce_sum_batch_invariant",)
+        return ()  # Triton kernels and add_rms_norm: no stable event of their own
+
+
+def _triton(target: str, module: str, name: str) -> Registration:
+    return Registration(target, f"{module}.{name}", "triton")
+
+
+def _ascendc(target: str, name: str) -> Registration:
+    return Registration(target, f"{ASCENDC_OPS}.{name}", "ascendc")
+
+
+def init_enables(caps: Capabilities) -> bool:
+    """Whether ``init_batch_invariance()`` registers anything when the switch is on (else it only
+    logs a warning): Triton or AscendC since 0.15, Triton alone before."""
+    if not in_range(caps.vllm_ascend, since=ASCENDC_SINCE):
+        return caps.has_triton
+    return caps.has_triton or caps.has_ascendc
+
+
+def registrations(caps: Capabilities) -> tuple[Registration, ...]:
+    """What ``enable_batch_invariant_mode()`` installs for these capabilities, in source order.
+
+    Independent of the switch: ``init_batch_invariance()`` calls it only when :func:`init_enables`.
+    """
+    v, out = caps.vllm_ascend, []
+    if not in_range(v, since=ASCENDC_SINCE):  # 0.13-0.14: Triton, unconditional (init gates it)
+        for op in ("mm", "addmm", "matmul", "linear", "bmm"):
+            out.append(_triton(f"aten::{op}", TRITON_MATMUL, f"{op}_batch_invariant"))
+        return tuple(out)
+    if caps.has_triton:
+        out.append(_triton("aten::addmm", TRITON_MATMUL, "addmm_batch_invariant"))
+        out.append(_triton("aten::bmm", TRITON_MATMUL, "bmm_batch_invariant"))
+        if in_range(v, since=SOFTMAX_SINCE):
+            out.append(_triton("aten::softmax", TRITON_SOFTMAX, "softmax_batch_invariant"))
+            out.append(_triton("aten::_softmax", TRITON_SOFTMAX, "softmax_batch_invariant"))
+    if caps.has_ascendc:
+        out.append(_ascendc("aten::mm", "npu_mm_batch_invariant"))
+        out.append(_ascendc("aten::matmul", "npu_matmul_batch_invariant"))
+        if in_range(v, before=ATEN_SUM_BEFORE):
+            out.append(_ascendc("aten::sum", "npu_reduce_sum_batch_invariant"))
+        out.append(
+            _ascendc(
+                "torch_npu.npu_fused_infer_attention_score",
+                "npu_fused_infer_attention_score_batch_invariant",
+            )
+        )
+        if in_range(v, since=SWAPS_SINCE):
+            out.append(
+                Registration("torch_npu.npu_add_rms_norm", f"{BI_MODULE}.add_rms_norm", "ascendc")
+            )
+            out.append(Registration("torch.sum", f"{BI_MODULE}.reduce_sum", "ascendc"))
+        if in_range(v, since=TENSOR_SUM_SINCE):
+            out.append(Registration("torch.Tensor.sum", f"{BI_MODULE}.reduce_sum", "ascendc"))
+    elif caps.has_triton:
+        for op in ("mm", "matmul", "linear"):
+            out.append(_triton(f"aten::{op}", TRITON_MATMUL, f"{op}_batch_invariant"))
+    return tuple(out)
+
+
+# ---------------------------------------------------------------------------------------------
+# The routing table: catalogue op -> Route
+
+# Which registrations serve which catalogue op. linear is composite: aten::linear when registered,
+# else it decomposes (2-D input with bias -> aten::addmm, otherwise -> aten::matmul).
+_OP_TARGETS: dict[str, tuple[str, ...]] = {
+    "mm": ("aten::mm",),
+    "matmul": ("aten::matmul",),
+    "bmm": ("aten::bmm",),
+    "addmm": ("aten::addmm",),
+    "linear": ("aten::linear",),
+    "sum": ("aten::sum", "torch.sum", "torch.Tensor.sum"),
+    "softmax": ("aten::softmax", "aten::_softmax"),
+    "add_rms_norm": ("torch_npu.npu_add_rms_norm",),
+    "attention": ("torch_npu.npu_fused_infer_attention_score",),
+}
+_LINEAR_DECOMPOSED = ("aten::addmm", "aten::matmul")
+
+
+@dataclass(frozen=True)
+class Route:
+    """How one catalogue op reaches vllm-ascend's batch-invariant kernels (when the switch is on).
+
+    ``events``: profiler events of which at least one must appear (empty: no stable name, e.g. a
+    Triton kernel or a Python-level replacement; then identity/registration evidence decides).
+    ``side_events`` should also appear and ``absent_events`` must not (informational, read by
+    :func:`interpret_profiler`; names as the seed's NPU test expected them, UNVERIFIED).
+    ``gaps``: entry points or arguments known from the source not to reach the kernels.
+    ``backend`` None: the switch is on but nothing is installed, the op cannot be routed.
+    """
+
+    op: str
+    backend: str | None
+    registrations: tuple[Registration, ...]
+    events: tuple[str, ...] = ()
+    side_events: tuple[str, ...] = ()
+    absent_events: tuple[str, ...] = ()
+    gaps: tuple[str, ...] = ()
+
+    @property
+    def aten(self) -> tuple[str, ...]:
+        """The aten ops re-registered on the NPU dispatch key for this op."""
+        return tuple(r.target for r in self.registrations if r.kind == "aten")
+
+    @property
+    def swaps(self) -> tuple[tuple[str, str], ...]:
+        """(attribute, replacement) pairs of Python-level swaps for this op."""
+        return tuple((r.target, r.implementation) for r in self.registrations if r.kind == "swap")
+
+
+def _gaps(op: str, regs: Sequence[Registration], caps: Capabilities) -> tuple[str, ...]:
+    targets = {r.target for r in regs}
+    gaps: list[str] = []
+    if op == "sum":
+        if "torch.Tensor.sum" not in targets:
+            gaps.append(
+                "Tensor.sum(dim=...) dispatches to aten::sum.dim_IntList, which is not"
+                " re-registered (impl('aten::sum') names only the full-reduction overload);"
+                f" torch.Tensor.sum is swapped only from {TENSOR_SUM_SINCE}"
+            )
+        if "torch.sum" in targets:
+            if in_range(caps.vllm_ascend, since=REDUCE_SUM_DTYPE_SINCE):
+                gaps.append(
+                    "reduce_sum uses the AscendC kernel only for the last dim of fp16/bf16/fp32 NPU"
+                    " tensors without dtype=: other dims, tuples of dims, dim=None on rank > 1 and"
+                    " dtype= fall back to the stock torch.sum"
+                )
+            else:
+                gaps.append(
+                    "torch.sum(x) with dim=None on a tensor of rank > 1: reduce_sum falls back to"
+                    " the stock torch.sum; a dtype= argument raises TypeError (reduce_sum has no"
+                    " dtype parameter)"
+                )
+    if op == "softmax" and "aten::softmax" in targets:
+        gaps.append(
+            "impl('aten::softmax') names no existing overload (softmax.int, softmax.Dimname): that"
+            " registration is inert; softmax reaches the Triton kernel through aten::_softmax,"
+            " whose half_to_float argument arrives as softmax_batch_invariant's dtype"
+        )
+    if op == "addmm" and any(r.backend == "triton" for r in regs):
+        gaps.append(
+            "addmm_batch_invariant(bias, a, b) has no beta/alpha parameters: a non-default beta or"
+            " alpha reaches it as a keyword argument"
+        )
+    if op == "linear" and "aten::linear" not in targets and "aten::addmm" not in targets:
+        gaps.append(
+            "linear with a 2-D input and a bias decomposes to aten::addmm, which has no"
+            " batch-invariant kernel without Triton"
+        )
+    return tuple(gaps)
+
+
+def _route(op: str, regs: tuple[Registration, ...], caps: Capabilities) -> Route:
+    backends = {r.backend for r in regs}
+    backend = backends.pop() if len(backends) == 1 else "mixed"
+    observable = all(r.events for r in regs)
+    events = tuple(dict.fromkeys(e for r in regs for e in r.events)) if observable else ()
+    side: tuple[str, ...] = ()
+    absent: tuple[str, ...] = ()
+    if op == "add_rms_norm":
+        side, absent = ("npu::npu_rms_norm",), ("npu::npu_add_rms_norm",)
+    return Route(op, backend, regs, events, side, absent, _gaps(op, regs, caps))
+
+
+def routing_table(caps: Capabilities) -> dict[str, Route]:
+    """Catalogue op -> Route, for the ops vllm-ascend makes batch-invariant with these capabilities.
+
+    With neither Triton nor AscendC the switch installs nothing (``init_batch_invariance`` only
+    warns), yet the ops the version would cover with both are still claimed, each with a Route of
+    backend None: the routing property then fails for each of them, as a half-installed switch must.
+    """
+    if not init_enables(caps):
+        full = routing_table(replace(caps, has_ascendc=True, has_triton=True))
+        return {
+            op: Route(op, None, (), gaps=("neither Triton nor the AscendC batch_invariant_ops"
+                                          " package is available: init_batch_invariance() only"
+                                          " logs a warning",))
+            for op in full
+        }
+    by_target = {r.target: r for r in registrations(caps)}
+    table: dict[str, Route] = {}
+    for op, targets in _OP_TARGETS.items():
+        if op == "linear" and "aten::linear" not in by_target:
+            targets = _LINEAR_DECOMPOSED
+        regs = tuple(by_target[t] for t in targets if t in by_target)
+        if regs:
+            table[op] = _route(op, regs, caps)
+    return table
+
+
+# ---------------------------------------------------------------------------------------------
+# Evidence: identity and registration checks, profiler interpretation
+
+
+@dataclass(frozen=True)
+class Check:
+    """One piece of routing evidence the adapter evaluates in the worker (True = installed).
+
+    kind "registration": ``target`` is the torch.library key ``aten/<op>/NPU`` looked up in
+    ``vllm_ascend.batch_invariant._batch_invariant_LIB._op_impls``; kind "identity": ``target`` is
+    the dotted attribute, compared with ``is`` to the dotted ``expected``; kind "backend": a
+    batch-invariant backend is available at all; kind "cann_level": the CANN deterministic level.
+    """
+
+    name: str
+    kind: str
+    target: str = ""
+    expected: str = ""
+
+
+def library_key(aten_op: str, dispatch_key: str = DISPATCH_KEY) -> str:
+    """The key torch.library.Library.impl records in ``_op_impls`` (``aten/mm/NPU``)."""
+    ns, _, name = aten_op.partition("::")
+    return f"{ns}/{name}/{dispatch_key}"
+
+
+def evidence_checks(route: Route | None) -> tuple[Check, ...]:
+    if route is None:
+        return ()
+    if route.backend is None:
+        return (
+            Check(
+                "a batch-invariant backend is installed"
+                " (HAS_ASCENDC_BATCH_INVARIANT or HAS_TRITON)",
+                "backend",
+            ),
+        )
+    checks = []
+    for r in route.registrations:
+        if r.kind == "aten":
+            checks.append(Check(f"{r.target} registered on NPU by vllm-ascend", "registration",
+                                library_key(r.target)))
+        else:
+            checks.append(Check(f"{r.target} is {r.implementation}", "identity", r.target,
+                                r.implementation))
+    return tuple(checks)
+
+
+CANN_CHECK = Check(f"torch_npu deterministic level is {DETERMINISTIC_LEVEL}", "cann_level")
+
+
+def evaluate_checks(
+    checks: Iterable[Check],
+    *,
+    registered: Callable[[str], bool],
+    same: Callable[[str, str], bool],
+    backend: bool,
+    cann_level: int | None = None,
+) -> dict[str, bool]:
+    """Evaluate checks with the worker's lookups (pure given the callables)."""
+    out: dict[str, bool] = {}
+    for c in checks:
+        if c.kind == "registration":
+            out[c.name] = bool(registered(c.target))
+        elif c.kind == "identity":
+            out[c.name] = bool(same(c.target, c.expected))
+        elif c.kind == "backend":
+            out[c.name] = bool(backend)
+        elif c.kind == "cann_level":
+            out[c.name] = cann_level == DETERMINISTIC_LEVEL
+    return out
+
+
+@dataclass(frozen=True)
+class ProfilerReading:
+    """What profiler events say about one call. ``proven``: True (routed), False (not routed or,
+    disabled, leaked), None (events cannot decide: rely on identity/registration evidence)."""
+
+    proven: bool | None
+    reached: tuple[str, ...]
+    message: str
+
+
+def kernel_events(events: Iterable[str]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys(e for e in events if e.startswith(KERNEL_PREFIX)))
+
+
+def interpret_profiler(
+    events: Sequence[str], route: Route | None, enabled: bool
+) -> ProfilerReading:
+    """Judge a call's profiler event names against its route.
+
+    Disabled: any ``batch_invariant_ops::`` event is a leak (the seed's rule: zero such events).
+    Enabled: one of ``route.events`` must appear and no ``absent_events``; a route without event
+    names (Triton, Python swaps) cannot be proven by events.
+    """
+    reached = kernel_events(events)
+    if not enabled:
+        if reached:
+            return ProfilerReading(False, reached, f"switch leak: disabled, yet {list(reached)}")
+        return ProfilerReading(True, reached, f"no {KERNEL_PREFIX} event while disabled")
+    if route is None:
+        return ProfilerReading(None, reached, "op not covered by the target")
+    if route.backend is None:
+        return ProfilerReading(False, reached, "no batch-invariant backend installed")
+    bad = [e for e in route.absent_events if e in events]
+    if bad:
+        return ProfilerReading(False, reached, f"{bad} appeared: the stock fused kernel ran")
+    if not route.events:
+        return ProfilerReading(
+            None, reached,
+            f"{route.backend} route has no stable event name: judge by identity/registration",
+        )
+    seen = [e for e in route.events if e in events]
+    if seen:
+        return ProfilerReading(True, reached, f"routed: {seen}")
+    return ProfilerReading(
+        False, reached, f"none of {list(route.events)} appeared; kernel events: {list(reached)}"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Entry points on the NPU and the attention call
+
+
+ENTRIES: dict[str, tuple[str, ...]] = {
+    # torch_npu.npu_add_rms_norm(x1, x2, gamma, epsilon) -> (y, rstd, x1 + x2); the swapped
+    # add_rms_norm returns (y, None, x + residual). The catalogue keeps y and the last output.
+    "add_rms_norm": ("torch_npu.npu_add_rms_norm",),
+    "attention": ("bi_props.targets.ascend.npu_varlen_attention",),
+}
+
+CAUSAL_MASK_SIZE = 2048  # sparse_mode 2/3/4 take a compressed 2048 x 2048 mask
+CAUSAL_SPARSE_MODE = 3  # rightDownCausal (vllm-ascend's causal prefill)
+NO_CACHE_BLOCK_SIZE = 128  # what vllm-ascend passes with block_table=None (PrefillNoCache)
+
+
+FIA_TENSOR_KEYWORDS = ("query", "key", "value", "atten_mask")
+
+
+def fia_keywords() -> frozenset[str]:
+    """Every keyword ``npu_varlen_attention`` passes to npu_fused_infer_attention_score (the
+    contract check finds a vllm-ascend call that uses them all)."""
+    return frozenset(FIA_TENSOR_KEYWORDS) | fia_arguments([0, 1], 1, 1, 1.0, True).keys()
+
+
+def fia_arguments(
+    cu_seqlens: Sequence[int], num_heads: int, num_kv_heads: int, scale: float, causal: bool
+) -> dict[str, object]:
+    """Keyword arguments of ``torch_npu.npu_fused_infer_attention_score`` for packed sequences.
+
+    As vllm-ascend 0.23.0 calls it for a prefill without KV cache (attention/attention_v1.py: TND
+    layout, cumulative ``actual_seq_lengths`` = query_start_loc[1:], ``actual_seq_lengths_kv`` the
+    same, ``block_table=None``, ``block_size=128``, causal ``sparse_mode=3`` with a 2048 x 2048 int8
+    upper-triangular ``atten_mask``, non-causal ``sparse_mode=0`` without mask). The mask tensor is
+    built by the caller (it lives on the device). UNVERIFIED on hardware.
+    """
+    cu = [int(c) for c in cu_seqlens]
+    if len(cu) < 2 or cu[0] != 0 or any(b < a for a, b in itertools.pairwise(cu)):
+        raise ValueError(f"cu_seqlens must start at 0 and not decrease, got {cu}")
+    if num_kv_heads <= 0 or num_heads % num_kv_heads:
+        raise ValueError(f"num_heads {num_heads} is not a multiple of num_kv_heads {num_kv_heads}")
+    ends = cu[1:]
+    return {
+        "input_layout": "TND",
+        "actual_seq_lengths": ends,
+        "actual_seq_lengths_kv": list(ends),
+        "num_heads": int(num_heads),
+        "num_key_value_heads": int(num_kv_heads),
+        "scale": float(scale),
+        "sparse_mode": CAUSAL_SPARSE_MODE if causal else 0,
+        "block_table": None,
+        "block_size": NO_CACHE_BLOCK_SIZE,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# What the adapter relies on in vllm-ascend (checked against source trees by bi_props.contract)
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """A module-level symbol of vllm-ascend the adapter uses.
+
+    kind "function": a ``def`` whose parameters accept the call ``signature`` (a Python parameter
+    list: the names the adapter passes, in order, and the defaults it relies on; further parameters
+    must have defaults); kind "name": assigned or imported at module level.
+    """
+
+    module: str
+    symbol: str
+    kind: str
+    signature: str | None = None
+    since: str | None = None
+    before: str | None = None
+    why: str = ""
+
+    def applies(self, version: str | None) -> bool:
+        return in_range(version, self.since, self.before)
+
+
+INIT = Requirement(BI_MODULE, "init_batch_invariance", "function", "()",
+                   why="activate() calls it with no arguments: the real switch")
+ENABLE = Requirement(BI_MODULE, "enable_batch_invariant_mode", "function", "()",
+                     why="its registrations are the routing table")
+OVERRIDE = Requirement(BI_MODULE, "override_envs_for_invariance", "function", "()",
+                       why="called by init_batch_invariance; needs the engine config")
+HAS_ASCENDC = Requirement(BI_MODULE, "HAS_ASCENDC_BATCH_INVARIANT", "name", since=ASCENDC_SINCE,
+                          why="capability read by the adapter")
+HAS_TRITON = Requirement(BI_MODULE, "HAS_TRITON", "name", why="capability read by the adapter")
+LIBRARY = Requirement(BI_MODULE, "_batch_invariant_LIB", "name",
+                      why="registration evidence and switch_state()['active']")
+ADD_RMS_NORM = Requirement(BI_MODULE, "add_rms_norm", "function", "(x, residual, weight, eps)",
+                           since=SWAPS_SINCE, why="identity evidence; called as npu_add_rms_norm")
+REDUCE_SUM = Requirement(BI_MODULE, "reduce_sum", "function", "(x, dim=None, keepdim=False)",
+                         since=SWAPS_SINCE, why="identity evidence; called as torch.sum")
+GET_CONFIG = Requirement(CONFIG_MODULE, "get_ascend_config", "function", "()",
+                         since=ASCEND_CONFIG_SINCE,
+                         why="patched with a stand-in when no engine config exists")
+
+REQUIREMENTS: tuple[Requirement, ...] = (
+    INIT, ENABLE, OVERRIDE, HAS_ASCENDC, HAS_TRITON, LIBRARY, ADD_RMS_NORM, REDUCE_SUM, GET_CONFIG,
+)
+
+# The engine-config stand-in: the attributes override_envs_for_invariance() touches (0.20-0.30).
+STANDIN_CONFIG: dict[str, object] = {"weight_nz_mode": 1, "enable_matmul_allreduce": False}
+
+
+def requirements_for(version: str | None) -> tuple[Requirement, ...]:
+    return tuple(r for r in REQUIREMENTS if r.applies(version))
+
+
+# ---------------------------------------------------------------------------------------------
+# check(): probes -> missing / broken / ready
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One piece of the stack as found in the worker: state "ok", "missing" or "broken"."""
+
+    piece: str
+    state: str
+    detail: str = ""
+
+
+INSTALL_HINTS: dict[str, str] = {
+    "torch_npu": "pip install the torch-npu release matching the installed torch (vllm-ascend"
+    " 0.23.0 pins torch==2.10.0 and torch-npu==2.10.0.post4)",
+    "cann": "install the CANN toolkit and kernels for this NPU and `source"
+    " /usr/local/Ascend/ascend-toolkit/set_env.sh` (or the nnal/atb set_env.sh) before starting, so"
+    " that libhccl.so and friends are on LD_LIBRARY_PATH",
+    "npu_device": "no NPU is visible: check the driver (`npu-smi info`) and"
+    " ASCEND_RT_VISIBLE_DEVICES",
+    "vllm": "pip install the vllm release that matches vllm-ascend (vllm-ascend wheels do not"
+    " declare it; on NPU machines install vllm with VLLM_TARGET_DEVICE=empty)",
+    "vllm_ascend": "pip install vllm-ascend (>= 0.15 for the AscendC kernels; the contract check"
+    " reads 0.23.0)",
+    "batch_invariant": f"vllm-ascend >= {FIRST_VERSION} is needed (vllm_ascend.batch_invariant)",
+    "batch_invariant_ops": "install the AscendC batch_invariant_ops package: run its CANN .run"
+    " installer and install its torch extension (it is not on PyPI); or set"
+    " BI_PROPS_ASCEND_BACKEND=auto to test what vllm-ascend finds (Triton only, or nothing)",
+    "deterministic_level": f"torch_npu.npu.set_deterministic_level needs torch_npu >="
+    f" {DETERMINISTIC_TORCH_NPU_SINCE} and CANN >= {DETERMINISTIC_CANN_SINCE}; or use the default"
+    " switch (BI_PROPS_ASCEND_SWITCH=vllm)",
+}
+
+_MODULE_PIECES = {
+    "torch_npu": "torch_npu",
+    "vllm": "vllm",
+    "vllm_ascend": "vllm_ascend",
+    "batch_invariant_ops": "batch_invariant_ops",
+}
+_SHARED_LIBRARY = re.compile(r"\.so\b|shared object|cannot open|undefined symbol", re.IGNORECASE)
+
+
+def classify_import_failure(piece: str, module: str, exc: BaseException) -> Probe:
+    """Missing or broken, from the exception an import raised (pure over the exception).
+
+    A ModuleNotFoundError names what is absent: the module itself or one of its dependencies
+    (``vllm`` under vllm_ascend...); an ImportError of a shared library while importing torch_npu
+    means the CANN toolkit is not set up; anything else is a broken install.
+    """
+    message = f"{type(exc).__name__}: {exc}"
+    if isinstance(exc, ModuleNotFoundError):
+        absent = exc.name or ""
+        if absent == module or module.startswith(absent + ".") or not absent:
+            if module == BI_MODULE and absent == BI_MODULE:
+                return Probe("batch_invariant", "missing", message)
+            return Probe(piece, "missing", message)
+        top = absent.partition(".")[0]
+        detail = f"{module} needs {absent}: {message}"
+        return Probe(_MODULE_PIECES.get(top, piece), "missing", detail)
+    if isinstance(exc, ImportError) and piece == "torch_npu" and _SHARED_LIBRARY.search(str(exc)):
+        return Probe("cann", "missing", f"torch_npu is installed but cannot load: {message}")
+    return Probe(piece, "broken", f"{module} failed to import: {message}")
+
+
+def assess(probes: Sequence[Probe]) -> tuple[str, str]:
+    """("ready" | "missing" | "broken", message naming each piece and how to install it)."""
+    broken = [p for p in probes if p.state == "broken"]
+    missing = [p for p in probes if p.state == "missing"]
+    if not broken and not missing:
+        return "ready", ""
+    lines = []
+    if broken:
+        lines.append("the ascend target's stack is installed but broken:")
+        lines += [f"  - {p.piece}: {p.detail}" for p in broken]
+    if missing:
+        lines.append("the ascend target cannot run here; missing:")
+        for p in missing:
+            lines.append(f"  - {p.piece}: {p.detail}")
+            lines.append(f"    install: {INSTALL_HINTS.get(p.piece, '')}")
+    return ("broken" if broken else "missing"), "\n".join(lines)
+
+
+def cann_switch_problem(caps: Capabilities) -> str | None:
+    """Why the CANN switch cannot be used, from versions alone (None: no objection)."""
+    low = []
+    if version_at_least(caps.torch_npu, DETERMINISTIC_TORCH_NPU_SINCE) is False:
+        low.append(f"torch_npu {caps.torch_npu} < {DETERMINISTIC_TORCH_NPU_SINCE}")
+    if version_at_least(caps.cann, DETERMINISTIC_CANN_SINCE) is False:
+        low.append(f"CANN {caps.cann} < {DETERMINISTIC_CANN_SINCE}")
+    return "; ".join(low) or None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The table the adapter serves: covered ops, routes and evidence checks (pure)."""
+
+    switch: str
+    table: dict[str, Route] = field(default_factory=dict)
+    covered: tuple[str, ...] = ()
+
+    def routes(self) -> dict[str, tuple[str, ...]]:
+        return {op: r.events for op, r in self.table.items()}
+
+    def checks(self, op: str) -> tuple[Check, ...]:
+        if self.switch == "cann":
+            return (CANN_CHECK,) if op in self.covered else ()
+        return evidence_checks(self.table.get(op))
+
+
+def plan(caps: Capabilities, switch: str, catalogue_ops: Sequence[str]) -> Plan:
+    """vllm switch: the routing table's ops; cann switch: the whole catalogue (level 3 promises
+    batch consistency process-wide), routed by stock kernels with no event names."""
+    if switch == "cann":
+        return Plan("cann", {}, tuple(catalogue_ops))
+    table = routing_table(caps)
+    return Plan("vllm", table, tuple(op for op in catalogue_ops if op in table))
