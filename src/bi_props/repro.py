@@ -284,7 +284,11 @@ def child(switch):
     if PROPERTY in ("parity", "routing"):
         print("CONTRACT " + json.dumps(contract()))
         return 0
-    return 1 if violated() else 0
+    try:
+        return 1 if violated() else 0
+    except Exception as exc:  # the op raised: the finding itself when its kind is "error"
+        print(f"[{switch}] the op raised {type(exc).__name__}: {exc}")
+        return 1 if KIND == "error" else 2
 
 
 def parent():

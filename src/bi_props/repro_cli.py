@@ -60,9 +60,11 @@ def _environment(report: dict[str, Any]) -> dict[str, str]:
 def issue_markdown(
     script: Path, finding: dict[str, Any], report: dict[str, Any], status: int, output: str
 ) -> str:
+    switch = finding.get("switch", "?")
+    state = "on vs off" if switch == "both" else {"enabled": "on", "disabled": "off"}.get(switch)
     title = (
         f"{finding.get('op', '?')}: {finding.get('property', '?')} fails with the switch "
-        f"{finding.get('switch', '?')} ({finding.get('kind', '?')})"
+        f"{state} ({finding.get('kind', '?')})"
         if finding
         else f"Reproducer {script.name}"
     )

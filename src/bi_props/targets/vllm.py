@@ -368,6 +368,17 @@ class VllmTarget(Target):
                 f"{os.environ.get(SWITCH_ENV)!r}"
             ) from None
 
+    def repro_setup(self, enabled: bool) -> str:
+        """vLLM reads VLLM_BATCH_INVARIANT (already set by the reproducer) in init."""
+        module = self._module_path or "vllm.model_executor.determinism.batch_invariant"
+        init = getattr(self._module, "init_batch_invariance", None)
+        if callable(init):
+            args = ", ".join(["None"] * _required_args(init))
+            return f"from {module} import init_batch_invariance\ninit_batch_invariance({args})"
+        if not enabled:
+            return f"import {module}  # switch off: nothing is registered"
+        return f"from {module} import enable_batch_invariant_mode\nenable_batch_invariant_mode()"
+
     # -- what it claims ------------------------------------------------------------------------
 
     def active(self) -> bool:
