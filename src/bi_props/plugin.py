@@ -186,6 +186,7 @@ def pytest_collection_modifyitems(
     ours = [item for item in items if item.get_closest_marker("bi_props")]
     if not ours:
         return
+    _apply_strategies_settings(config, state, ours)
     state = config.stash[_KEY]
     from .runner.controller import WorkerFailure
 
@@ -209,6 +210,23 @@ def pytest_collection_modifyitems(
     marker = pytest.mark.skip(reason=f"target {state.target!r} {hello.status}")
     for item in ours:
         item.add_marker(marker)
+
+
+def _apply_strategies_settings(config: pytest.Config, state: BiPropsState, items: list) -> None:
+    """A ``--bi-strategies`` file's ``[hypothesis]`` table applies to the property tests when no
+    ``--hypothesis-profile`` was given (an explicit profile wins)."""
+    if not config.getoption("bi_strategies") or config.getoption("hypothesis_profile", None):
+        return
+    from hypothesis import settings
+
+    space = state.space
+    extra = {"max_examples": space.max_examples, "derandomize": space.derandomize}
+    if space.database == "none":
+        extra["database"] = None
+    for function in {getattr(item, "function", None) for item in items} - {None}:
+        current = getattr(function, "_hypothesis_internal_use_settings", None)
+        if current is not None:
+            function._hypothesis_internal_use_settings = settings(current, **extra)
 
 
 @pytest.fixture(scope="session")

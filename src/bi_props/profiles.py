@@ -30,7 +30,7 @@ def bundled_dir() -> Path:
 def register_profiles() -> None:
     """Register one Hypothesis profile per bundled space. ``deadline`` is always None: a first call
     may compile kernels or start an engine, and timing belongs to benchmarks, not to tests."""
-    from hypothesis import HealthCheck, settings
+    from hypothesis import HealthCheck, Phase, settings
 
     for name in PROFILES:
         path = bundled_dir() / f"{name}.toml"
@@ -40,6 +40,9 @@ def register_profiles() -> None:
             table = tomllib.load(f).get("hypothesis", {})
         kwargs = {
             "deadline": None,
+            # No explain phase: it replays failing examples many times, and here a replay of a
+            # crash or a hang costs a worker restart (and the timeout).
+            "phases": [p for p in Phase if p != Phase.explain],
             "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large],
             "max_examples": int(table.get("max_examples", 50)),
             "derandomize": bool(table.get("derandomize", False)),

@@ -14,7 +14,7 @@ from functools import lru_cache
 from hypothesis import strategies as st
 
 from .case import Batch, Case, Companion
-from .catalogue import OPS, OpInfo, out_dtype
+from .catalogue import ENGINE_VOCAB, OPS, OpInfo, out_dtype
 from .space import Extent, Space
 
 PROPERTIES = (
@@ -40,6 +40,10 @@ _VALUES_FOR = {
 }
 
 SEEDS = st.integers(min_value=0, max_value=2**32 - 1)
+# The engine op: prompts of 1..24 tokens, a needle and at most 7 companion prompts (the engine is
+# built with max_num_seqs=16 and max_model_len=128).
+ENGINE_MAX_TOKENS = 24
+ENGINE_MAX_COMPANIONS = 7
 
 
 def boundary_values(extent: Extent, boundaries: tuple[int, ...]) -> list[int]:
@@ -101,7 +105,7 @@ def _op_shape_and_options(draw: st.DrawFn, space: Space, op: OpInfo, prop: str) 
     rows = extents(space.rows, b)
     if prop == "batch_invariance":
         # A needle is a few rows; the batch's companions supply the large M.
-        rows = integers(space.rows.min, min(space.rows.max, 4))
+        rows = integers(space.rows.min, min(space.rows.max, max(space.rows.min, 4)))
     d = extents(dim, b)
     small = extents(_clip(dim, high=64), b)
     options: dict = {}
@@ -168,6 +172,10 @@ def _op_shape_and_options(draw: st.DrawFn, space: Space, op: OpInfo, prop: str) 
             vocab,
             draw(choice((16, 48))),
         ), options
+    if name == "engine":
+        # One prompt of 1..24 tokens (within the space's rows) of the tiny model's vocabulary.
+        tokens = _clip(space.rows, high=ENGINE_MAX_TOKENS)
+        return (draw(integers(tokens.min, tokens.max)), ENGINE_VOCAB), options
     if name in ("rms_norm", "add_rms_norm"):
         if name == "rms_norm":
             options["eps"] = draw(choice(tuple([None, 1e-6])))
@@ -197,9 +205,15 @@ def _batch(draw: st.DrawFn, space: Space, op: OpInfo) -> Batch:
         rows = integers(1, max(1, min(space.attention_length.max, 24)))
     elif op.name == "bmm" or (op.name == "matmul"):
         rows = integers(1, min(space.companion_rows.max, 16))
+    elif op.name == "engine":
+        tokens = _clip(space.companion_rows, high=ENGINE_MAX_TOKENS)
+        rows = integers(tokens.min, tokens.max)
     else:
         rows = extents(space.companion_rows, space.boundaries)
-    companions = draw(_companions(rows, space.max_companions))
+    most = space.max_companions
+    if op.name == "engine":
+        most = min(most, ENGINE_MAX_COMPANIONS)
+    companions = draw(_companions(rows, most))
     position = draw(integers(0, len(companions)))
     return Batch(position=position, companions=tuple(companions))
 

@@ -144,10 +144,11 @@ class Worker:
         stream = self.process.stdout
         ready, _, _ = select.select([stream], [], [], timeout_s)
         if not ready:
+            tail = self.stderr_tail()
             self.kill()
             raise WorkerHang(
                 f"{self._describe(doing)}: no answer within {timeout_s:g} s; killed.\n"
-                f"Last worker output:\n{self.stderr_tail()}"
+                f"Last worker output:\n{tail}"
             )
         try:
             return receive(stream)
@@ -186,6 +187,8 @@ class Worker:
         for stream in (self.process.stdin, self.process.stdout):
             if stream is not None:
                 stream.close()
+        if self.log_path is not None:  # crash and hang messages quoted it before the kill
+            self.log_path.unlink(missing_ok=True)
 
     def close(self) -> None:
         if self.process is None:
@@ -198,8 +201,6 @@ class Worker:
             except (OSError, subprocess.TimeoutExpired, ValueError):
                 pass
         self.kill()
-        if self.log_path is not None:
-            self.log_path.unlink(missing_ok=True)
 
 
 class Runner:

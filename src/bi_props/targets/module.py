@@ -32,7 +32,7 @@ def _load(spec: str) -> Any:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        if exc.name and module_name.startswith(exc.name):
+        if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
             raise TargetMissing(
                 f"target module {module_name!r} is not importable ({exc}). Install it, or put it "
                 f"on PYTHONPATH; a built-in target is one of: cpu, vllm, ascend."

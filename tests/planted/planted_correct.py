@@ -1,0 +1,24 @@
+"""Planted library: correct. A batch-invariant ``aten::mm`` on CPU, no bug.
+
+Every output element is summed over K in float64, in order, and rounded once to the input dtype,
+so a row's result cannot depend on how many other rows share the call.
+"""
+
+from __future__ import annotations
+
+import plantedlib
+
+NAMESPACE = "planted_correct"
+OPS = ["mm"]
+KERNEL_PREFIX = f"{NAMESPACE}::"
+ROUTES = {"mm": (f"{NAMESPACE}::mm",)}
+
+
+def mm(a, b):
+    plantedlib.check(a, b)
+    return plantedlib.mm_float64(a, b).to(a.dtype)
+
+
+def enable(enabled: bool) -> None:
+    if enabled:
+        plantedlib.install(NAMESPACE, mm)

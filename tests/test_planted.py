@@ -1,0 +1,512 @@
+"""End to end: planted bugs in small third-party CPU libraries, found through the real front ends.
+
+Each library in ``tests/planted/`` (imported only by worker processes, through PYTHONPATH) is a
+target in the documented module interface with exactly one planted bug, plus one correct library.
+The property suite runs against each through ``pytester`` (a real ``pytest`` subprocess with the
+bi_props plugin), and two libraries through ``bi-props fuzz``. The checks: the right test ids fail
+and no others, the report has the right finding (property, switch state, kind), the minimal case
+sits at the planted threshold, and the finding reproduced in a fresh worker process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import find
+
+from bi_props.case import Batch, Case, Companion
+from bi_props.space import parse
+from bi_props.strategies import cases
+
+pytestmark = pytest.mark.slow
+
+PLANTED = Path(__file__).resolve().parent / "planted"
+
+PROPERTY_TESTS = (
+    "from bi_props.suite.test_properties import test_batch_variance_control, test_property\n"
+)
+
+# Small and quick: one op, extents that reach the planted thresholds (M = 64, M = 101), at most
+# three companions. [hypothesis] is written for the record; the plugin takes max_examples (15),
+# derandomize (true) and the database (none) from --hypothesis-profile=ci.
+BASE_SPACE: dict[str, dict[str, Any]] = {
+    "hypothesis": {"max_examples": 15, "derandomize": True, "database": "none"},
+    "runner": {"control_examples": 10, "example_timeout_s": 30, "start_timeout_s": 120},
+    "ops": {"include": ["mm"]},
+    "dtypes": {"choices": ["float32"]},
+    "shapes": {
+        "rows": {"min": 1, "max": 128},
+        "dim": {"min": 0, "max": 48},
+        "boundaries": [16, 32, 64],
+    },
+    "batch": {"max_companions": 3, "companion_rows": {"min": 1, "max": 128}},
+}
+
+# The test ids the suite has for mm (the negative control is test_batch_variance_control's).
+MM_CELLS = {
+    "test_property[mm-routing-enabled]",
+    "test_property[mm-routing-disabled]",
+    "test_property[mm-reference-enabled]",
+    "test_property[mm-reference-disabled]",
+    "test_property[mm-batch_invariance-enabled]",
+    "test_property[mm-determinism-enabled]",
+    "test_property[mm-determinism-disabled]",
+    "test_property[mm-parity-both]",
+    "test_batch_variance_control[mm-batch_invariance-disabled]",
+}
+
+FINDING_FIELDS = {
+    "op": str,
+    "property": str,
+    "switch": str,
+    "kind": str,
+    "case": str,
+    "message": str,
+    "reproduced_in_fresh_process": bool,
+}
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    raise TypeError(f"no TOML for {value!r}")
+
+
+def write_space(path: Path, **overrides: dict[str, Any]) -> Path:
+    """Write BASE_SPACE, with whole keys of sections replaced by ``overrides``, as TOML."""
+    sections = {name: dict(body) for name, body in BASE_SPACE.items()}
+    for name, body in overrides.items():
+        sections.setdefault(name, {}).update(body)
+    lines = []
+    for name, body in sections.items():
+        lines.append(f"[{name}]")
+        lines += [f"{key} = {_toml_value(value)}" for key, value in body.items()]
+        lines.append("")
+    path.write_text("\n".join(lines))
+    return path
+
+
+def parse_case(text: str) -> Case:
+    """A report's case is a line of Python: evaluate it back into a Case."""
+    case = eval(text, {"__builtins__": {}}, {"Case": Case, "Batch": Batch, "Companion": Companion})
+    assert isinstance(case, Case), text
+    assert repr(case) == text
+    return case
+
+
+def total_rows(case: Case) -> int:
+    """Rows in the call that the kernel sees: the needle plus every companion."""
+    assert case.batch is not None
+    return case.shape[0] + sum(c.rows for c in case.batch.companions)
+
+
+@pytest.fixture
+def planted_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers inherit the environment: put the planted libraries on their PYTHONPATH."""
+    paths = [str(PLANTED), os.environ.get("PYTHONPATH", "")]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, paths)))
+
+
+@dataclass
+class SuiteRun:
+    result: pytest.RunResult
+    outcomes: dict[str, str]  # test id -> passed | failed | skipped | error
+    report: dict[str, Any]
+
+    @property
+    def failed(self) -> set[str]:
+        return {test for test, outcome in self.outcomes.items() if outcome != "passed"}
+
+    @property
+    def output(self) -> str:
+        return self.result.stdout.str() + "\n" + self.result.stderr.str()
+
+
+# Hypothesis' explain phase replays the minimal example with each part varied: for a crash or a
+# hang nearly every variation fails again, and each failure costs a worker start (and the example
+# timeout). The crash and hang runs drop that phase from the "ci" profile (registered by the
+# bi_props plugin, which pytest imports before conftest files); shrinking is untouched.
+NO_EXPLAIN_CONFTEST = """
+from hypothesis import Phase, settings
+
+settings.register_profile(
+    "ci", settings.get_profile("ci"), phases=[p for p in Phase if p is not Phase.explain]
+)
+"""
+
+
+def run_suite(
+    pytester: pytest.Pytester,
+    target: str,
+    space: Path,
+    *args: str,
+    explain: bool = True,
+    profile: str | None = "ci",
+) -> SuiteRun:
+    """The property suite against ``target`` in a pytest subprocess, as a user would run it."""
+    pytester.makepyfile(test_props=PROPERTY_TESTS)
+    if not explain:
+        pytester.makeconftest(NO_EXPLAIN_CONFTEST)
+    report = pytester.path / "report.json"
+    junit = pytester.path / "junit.xml"
+    result = pytester.runpytest_subprocess(
+        *([f"--hypothesis-profile={profile}"] if profile else []),
+        "--bi-target",
+        target,
+        "--bi-strategies",
+        str(space),
+        "--bi-report",
+        str(report),
+        "-p",
+        "no:cacheprovider",
+        f"--junitxml={junit}",
+        *args,
+        timeout=300,
+    )
+    assert junit.exists(), result.stdout.str() + result.stderr.str()
+    outcomes = {}
+    for testcase in ET.parse(junit).getroot().iter("testcase"):
+        outcome = "passed"
+        for child, name in (("failure", "failed"), ("error", "error"), ("skipped", "skipped")):
+            if testcase.find(child) is not None:
+                outcome = name
+        outcomes[testcase.get("name")] = outcome
+    assert report.exists(), result.stdout.str()
+    return SuiteRun(result, outcomes, json.loads(report.read_text()))
+
+
+def check_findings_schema(findings: list[dict[str, Any]], target: str) -> None:
+    for finding in findings:
+        for name, kind in FINDING_FIELDS.items():
+            assert isinstance(finding[name], kind), (name, finding)
+        assert finding["kind"] in ("mismatch", "crash", "timeout", "error")
+        assert finding.get("target", target) == target
+        parse_case(finding["case"])
+
+
+# -- the correct library ------------------------------------------------------------------------
+
+
+def test_correct_library_passes_every_property(pytester, planted_on_path, tmp_path):
+    space = write_space(tmp_path / "space.toml", dtypes={"choices": ["float32", "bfloat16"]})
+    run = run_suite(pytester, "planted_correct", space)
+
+    assert run.result.ret == pytest.ExitCode.OK, run.output
+    assert set(run.outcomes) >= MM_CELLS
+    assert run.failed == set(), run.output
+    assert run.report["target"] == "planted_correct"
+    assert run.report["findings"] == []
+    assert run.report["not_covered"] == []
+    assert run.report["examples"] > len(MM_CELLS)
+    # The negative control ran (with the switch off: stock torch.mm) and said what it saw.
+    assert re.search(r"^negative control mm\b.*\S", run.result.stdout.str(), re.M), run.output
+    assert {c["op"] for c in run.report["controls"]} == {"mm"}
+    assert all(isinstance(c["variance_seen"], bool) for c in run.report["controls"])
+
+
+# -- one planted bug each -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Planted:
+    target: str
+    failing: frozenset[str]
+    findings: frozenset[tuple[str, str, str]]  # (property, switch, kind)
+    minimal: Callable[[dict[str, Any], Case], None]
+    space: dict[str, dict[str, Any]] = field(default_factory=dict)
+    select: tuple[str, ...] = ()
+    explain: bool = True
+
+
+def _batch_variant(finding: dict[str, Any], case: Case) -> None:
+    # The large-M path starts at M = 64: the shrunk batch is exactly at the threshold.
+    assert total_rows(case) == 64, case
+    assert case.shape[0] <= 4  # a needle is a few rows; companions make up the rest
+    assert case.shape[1] >= 2  # K = 1 is one exact product: both paths agree there
+    assert case.values in ("general", "wide")  # exact integers sum exactly in any order
+    assert "Mismatched elements" in finding["message"]
+
+
+def _wrong_result(finding: dict[str, Any], case: Case) -> None:
+    assert case.shape[1] == 1, case  # the smallest odd K the space allows (dim min is 0)
+    assert case.shape[2] >= 1  # an empty output cannot be wrong
+    assert case.batch is None
+    assert "reference" in finding["message"] and "Mismatched elements" in finding["message"]
+
+
+def _switch_leak(finding: dict[str, Any], case: Case) -> None:
+    assert "switch leak" in finding["message"]
+    assert "planted_switch_leak::mm" in finding["message"]
+
+
+def _nondeterministic(finding: dict[str, Any], case: Case) -> None:
+    assert case.shape[1] >= 2, case  # one product rounds the same on both paths
+    assert case.batch is not None
+    assert "second run" in finding["message"]
+
+
+def _contract(finding: dict[str, Any], case: Case) -> None:
+    assert case.dtype == "bfloat16", case  # float32 inputs keep their contract
+    if finding["property"] == "parity":
+        assert "float32" in finding["message"] and "bfloat16" in finding["message"]
+    else:
+        assert "contract changed" in finding["message"]
+
+
+def _crash(finding: dict[str, Any], case: Case) -> None:
+    assert case.shape[0] == 101, case  # the kernel segfaults for M > 100
+    assert "SIGSEGV" in finding["message"]
+    assert finding["error_type"] == "WorkerCrash"
+
+
+def _hang(finding: dict[str, Any], case: Case) -> None:
+    assert case.shape[1] == 7, case  # the kernel hangs for K == 7
+    assert "no answer within 3 s" in finding["message"]
+    assert finding["error_type"] == "WorkerHang"
+
+
+# A worker that crashes or hangs is replaced (one target import each), and Hypothesis replays many
+# failing candidates while it shrinks: the crash and hang runs use one property pair (-k) and
+# spaces with little else to shrink.
+_FAILURE_SPACE = {
+    "runner": {"control_examples": 5, "example_timeout_s": 3},
+    "layouts": {"choices": ["contiguous"]},
+    "values": {"choices": ["general"]},
+}
+
+PLANTED_BUGS = [
+    Planted(
+        "planted_batch_variant",
+        frozenset({"test_property[mm-batch_invariance-enabled]"}),
+        frozenset({("batch_invariance", "enabled", "mismatch")}),
+        _batch_variant,
+    ),
+    Planted(
+        "planted_wrong_result",
+        frozenset({"test_property[mm-reference-enabled]"}),
+        frozenset({("reference", "enabled", "mismatch")}),
+        _wrong_result,
+    ),
+    Planted(
+        "planted_switch_leak",
+        frozenset({"test_property[mm-routing-disabled]"}),
+        frozenset({("routing", "disabled", "mismatch")}),
+        _switch_leak,
+    ),
+    Planted(
+        "planted_nondeterministic",
+        frozenset({"test_property[mm-determinism-enabled]"}),
+        frozenset({("determinism", "enabled", "mismatch")}),
+        _nondeterministic,
+    ),
+    Planted(
+        "planted_contract",
+        frozenset({"test_property[mm-reference-enabled]", "test_property[mm-parity-both]"}),
+        frozenset({("reference", "enabled", "mismatch"), ("parity", "both", "mismatch")}),
+        _contract,
+        space={"dtypes": {"choices": ["float32", "bfloat16"]}},
+    ),
+    Planted(
+        "planted_crash",
+        frozenset({"test_property[mm-reference-enabled]"}),
+        frozenset({("reference", "enabled", "crash")}),
+        _crash,
+        space={**_FAILURE_SPACE, "shapes": {"dim": {"min": 0, "max": 2}}},
+        select=("-k", "reference"),
+        explain=False,
+    ),
+    Planted(
+        "planted_hang",
+        frozenset({"test_property[mm-reference-enabled]"}),
+        frozenset({("reference", "enabled", "timeout")}),
+        _hang,
+        # K = 7 sits on a tile boundary (8 - 1), which the strategies favour.
+        space={
+            **_FAILURE_SPACE,
+            "shapes": {
+                "rows": {"min": 1, "max": 1},
+                "dim": {"min": 0, "max": 16},
+                "boundaries": [8],
+            },
+        },
+        select=("-k", "reference"),
+        explain=False,
+    ),
+]
+
+
+@pytest.mark.parametrize("planted", PLANTED_BUGS, ids=lambda p: p.target.removeprefix("planted_"))
+def test_planted_bug_is_found(pytester, planted_on_path, tmp_path, planted: Planted):
+    space = write_space(tmp_path / "space.toml", **planted.space)
+    run = run_suite(pytester, planted.target, space, *planted.select, explain=planted.explain)
+
+    assert run.result.ret == pytest.ExitCode.TESTS_FAILED, run.output
+    if not planted.select:
+        assert set(run.outcomes) >= MM_CELLS
+    assert planted.failing < set(run.outcomes)
+    # Exactly the expected test ids fail; every other one passes (the disabled state included).
+    assert run.failed == planted.failing, run.output
+    findings = run.report["findings"]
+    check_findings_schema(findings, planted.target)
+    seen = {(f["property"], f["switch"], f["kind"]) for f in findings}
+    assert seen == planted.findings, findings
+    assert len(findings) == len(planted.findings)  # one finding per failing test, not per replay
+    for finding in findings:
+        assert finding["op"] == "mm"
+        assert finding["target"] == planted.target
+        assert finding["reproduced_in_fresh_process"] is True, finding
+        case = parse_case(finding["case"])
+        assert case.op == "mm"
+        planted.minimal(finding, case)
+
+
+# -- bi-props fuzz ------------------------------------------------------------------------------
+
+
+FUZZ_BUDGETS = {"planted_batch_variant": 60, "planted_correct": 20}
+
+
+@dataclass
+class Campaign:
+    process: subprocess.Popen
+    out: Path
+    budget: float
+    log: str | None = None
+
+    def wait(self) -> tuple[int, str, Path]:
+        if self.log is None:
+            try:
+                self.log, _ = self.process.communicate(timeout=self.budget + 240)
+            finally:
+                self.process.kill()
+        return self.process.returncode, self.log, self.out
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fuzz_campaigns(request, tmp_path_factory) -> Iterator[dict[str, Campaign]]:
+    """``bi-props fuzz`` on the batch-variant and the correct library, started in the background
+    when this module starts (if a fuzz test is selected): a campaign is bounded by its time budget,
+    and the pytester runs above mostly wait on one worker at a time, so they overlap well."""
+    ours = [item for item in request.session.items if item.module is request.module]
+    if not any("fuzz" in item.name for item in ours):
+        yield {}
+        return
+    root = tmp_path_factory.mktemp("fuzz")
+    space = write_space(root / "space.toml")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(PLANTED), env.get("PYTHONPATH", "")]))
+    script = Path(sys.executable).with_name("bi-props")
+    command = [str(script)] if script.exists() else [sys.executable, "-m", "bi_props.cli"]
+    campaigns = {}
+    for target, budget in FUZZ_BUDGETS.items():
+        out = root / target
+        args = ["fuzz", "--target", target, "--budget", str(budget), "--out", str(out)]
+        args += ["--ops", "mm", "--strategies", str(space)]
+        process = subprocess.Popen(
+            [*command, *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+            cwd=root,
+        )
+        campaigns[target] = Campaign(process, out, budget)
+    try:
+        yield campaigns
+    finally:
+        for campaign in campaigns.values():
+            campaign.process.kill()
+            campaign.process.communicate()
+
+
+def _fuzz_report(log: str, out: Path) -> dict[str, Any]:
+    """The campaign's report.json, checked against the documented schema. Exit status 1 is also
+    what an uncaught exception gives: the campaign must have finished and said so."""
+    assert "Traceback" not in log, log
+    assert "report written to" in log, log
+    path = out / "report.json"
+    assert path.exists(), log
+    report = json.loads(path.read_text())
+    for key, kind in (
+        ("target", str),
+        ("examples", int),
+        ("elapsed_s", (int, float)),
+        ("findings", list),
+        ("controls", list),
+        ("not_covered", list),
+    ):
+        assert isinstance(report[key], kind), (key, report)
+    check_findings_schema(report["findings"], report["target"])
+    return report
+
+
+def test_fuzz_finds_the_batch_variant_kernel(fuzz_campaigns):
+    code, log, out = fuzz_campaigns["planted_batch_variant"].wait()
+    assert code == 1, log
+    report = _fuzz_report(log, out)
+    assert report["target"] == "planted_batch_variant"
+    assert report["examples"] > 100, log
+    budget = FUZZ_BUDGETS["planted_batch_variant"]
+    assert budget * 0.9 <= report["elapsed_s"] <= budget + 120
+    assert {c["op"] for c in report["controls"]} == {"mm"}
+    assert report["not_covered"] == []
+
+    [finding] = report["findings"]
+    assert (finding["op"], finding["property"], finding["switch"], finding["kind"]) == (
+        "mm",
+        "batch_invariance",
+        "enabled",
+        "mismatch",
+    )
+    assert finding["reproduced_in_fresh_process"] is True
+    case = parse_case(finding["case"])
+    assert total_rows(case) == 64, case
+    assert case.shape[1] >= 2
+
+
+def test_fuzz_on_the_correct_library_is_clean(fuzz_campaigns):
+    code, log, out = fuzz_campaigns["planted_correct"].wait()
+    assert code == 0, log
+    report = _fuzz_report(log, out)
+    assert report["target"] == "planted_correct"
+    assert report["findings"] == []
+    assert report["examples"] > 50, log
+    assert {c["op"] for c in report["controls"]} == {"mm"}
+
+
+# -- rough edges of src/ found by these tests (fixed; kept as regression tests) ---------------
+
+
+def test_batch_invariance_strategy_accepts_rows_min_above_four():
+    space = parse({"ops": {"include": ["mm"]}, "shapes": {"rows": {"min": 8, "max": 16}}}, "x", "x")
+    case = find(cases(space, "mm", "batch_invariance"), lambda case: True)
+    assert 8 <= case.shape[0] <= 16
+
+
+def test_strategies_file_max_examples_is_honoured(pytester, planted_on_path, tmp_path):
+    space = write_space(tmp_path / "space.toml", hypothesis={"max_examples": 3})
+    # Without --hypothesis-profile the file's [hypothesis] table applies (an explicit profile wins).
+    run = run_suite(pytester, "planted_correct", space, "-k", "mm-reference-disabled", profile=None)
+    assert run.result.ret == pytest.ExitCode.OK, run.output
+    assert run.report["examples"] == 3

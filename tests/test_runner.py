@@ -1,0 +1,301 @@
+"""The runner directly (``bi_props.runner.controller``): long-lived workers, crashes, hangs, fresh
+processes, targets that cannot load; and the plugin's rule for a target that is missing.
+
+The targets are the planted libraries of ``tests/planted/`` (put on the workers' PYTHONPATH).
+``planted_probe`` appends a JSON line per ``enable()`` and per kernel call to the file named by
+``BI_PLANTED_PROBE``: its pid and whether Hypothesis or pytest is imported in its process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bi_props import properties
+from bi_props.case import Case
+from bi_props.runner.controller import (
+    Runner,
+    Worker,
+    WorkerCrash,
+    WorkerFailure,
+    WorkerHang,
+    WorkerStartFailure,
+)
+
+pytestmark = pytest.mark.slow
+
+PLANTED = Path(__file__).resolve().parent / "planted"
+MISSING = "bi_props_planted_no_such_module"
+
+
+@pytest.fixture(autouse=True)
+def planted_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Workers inherit the environment: put the planted libraries on their PYTHONPATH."""
+    paths = [str(PLANTED), os.environ.get("PYTHONPATH", "")]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, paths)))
+
+
+@pytest.fixture
+def probe_file(tmp_path: Path) -> Path:
+    return tmp_path / "probe.jsonl"
+
+
+def probe_lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+@contextmanager
+def running(target: str, **kwargs: Any) -> Iterator[Runner]:
+    """A Runner for ``target`` whose workers are closed afterwards, whatever happens."""
+    runner = Runner(target, start_timeout_s=120, **kwargs)
+    try:
+        yield runner
+    finally:
+        runner.close()
+
+
+@pytest.fixture
+def probe_runner(probe_file: Path) -> Iterator[Runner]:
+    with running("planted_probe", extra_env={"BI_PLANTED_PROBE": str(probe_file)}) as runner:
+        yield runner
+
+
+def mm_case(m: int = 3, k: int = 5, n: int = 4, seed: int = 0) -> Case:
+    return Case(
+        "mm", "torch.mm", "float32", (m, k, n), ("contiguous", "contiguous"), "general", seed
+    )
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+# -- one worker, many examples ------------------------------------------------------------------
+
+
+def test_worker_is_reused_across_examples(probe_runner: Runner, probe_file: Path):
+    hello = probe_runner.hello("enabled")
+    assert hello.status == "ready", hello.message
+    assert hello.pid > 0 and hello.pid != os.getpid()
+    assert hello.covered == ("mm",)
+    assert hello.kernel_prefix == "planted_probe::"
+
+    for i in range(20):
+        case = mm_case(m=1 + i, k=i % 7, n=1 + i % 3, seed=i)
+        observation = probe_runner.observe("reference", case, "enabled")
+        assert properties.reference(observation).ok, properties.reference(observation).message
+
+    assert probe_runner.starts == 1
+    assert probe_runner.examples == 20
+    assert probe_runner.hello("enabled").pid == hello.pid
+    lines = probe_lines(probe_file)
+    assert [line["event"] for line in lines] == ["enable"] + ["mm"] * 20
+    assert {line["pid"] for line in lines} == {hello.pid}  # one import of the target, 20 calls
+    assert [line["rows"] for line in lines[1:]] == list(range(1, 21))
+
+
+def test_worker_imports_neither_hypothesis_nor_pytest(probe_runner: Runner, probe_file: Path):
+    for switch in ("disabled", "enabled"):
+        observation = probe_runner.observe("routing", mm_case(), switch)
+        assert properties.routing(observation, probe_runner.hello(switch), "mm").ok
+    lines = probe_lines(probe_file)
+    # Both workers loaded the target, and the enabled one ran the kernel: after bi_props.execute
+    # and torch were imported and an example was served.
+    assert [line["event"] for line in lines].count("enable") == 2
+    assert any(line["event"] == "mm" for line in lines)
+    for line in lines:
+        assert line["hypothesis"] is False, line
+        assert line["pytest"] is False, line
+
+
+# -- crashes and hangs --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def crash_runner() -> Iterator[Runner]:
+    with running("planted_crash", example_timeout_s=60) as runner:
+        yield runner
+
+
+def test_crash_raises_worker_crash_and_the_next_example_gets_a_new_worker(crash_runner: Runner):
+    assert properties.reference(crash_runner.observe("reference", mm_case(m=100), "enabled")).ok
+    first = crash_runner._workers["enabled"].process
+    first_pid = crash_runner.hello("enabled").pid
+
+    with pytest.raises(WorkerCrash, match="SIGSEGV") as crash:
+        crash_runner.observe("reference", mm_case(m=101), "enabled")
+    assert crash.value.kind == "crash"
+    assert isinstance(crash.value, WorkerFailure)
+    assert "planted_crash" in str(crash.value)
+    assert first.returncode == -signal.SIGSEGV
+
+    observation = crash_runner.observe("reference", mm_case(m=4), "enabled")
+    assert properties.reference(observation).ok
+    assert crash_runner.starts == 2
+    assert crash_runner.hello("enabled").pid != first_pid
+    assert crash_runner.examples == 3
+
+
+def test_a_crashed_workers_log_is_removed(crash_runner: Runner):
+    crash_runner.observe("reference", mm_case(m=4), "enabled")
+    log = crash_runner._workers["enabled"].log_path
+    assert log is not None and log.exists()
+    with pytest.raises(WorkerCrash):
+        crash_runner.observe("reference", mm_case(m=101), "enabled")
+    assert not log.exists()
+
+
+def test_hang_raises_worker_hang_after_the_timeout_and_kills_the_worker():
+    with running("planted_hang", example_timeout_s=2) as runner:
+        assert properties.reference(runner.observe("reference", mm_case(k=6), "enabled")).ok
+        stuck = runner._workers["enabled"].process
+
+        start = time.monotonic()
+        with pytest.raises(WorkerHang, match="no answer within 2 s") as hang:
+            runner.observe("reference", mm_case(k=7), "enabled")
+        waited = time.monotonic() - start
+        assert 2 <= waited < 30
+        assert hang.value.kind == "timeout"
+        assert stuck.poll() == -signal.SIGKILL  # killed (and reaped), not left sleeping
+        assert not pid_alive(stuck.pid)
+
+        assert properties.reference(runner.observe("reference", mm_case(k=8), "enabled")).ok
+        assert runner.starts == 2
+
+
+def test_fresh_runs_in_a_new_process_and_leaves_the_long_lived_worker(
+    probe_runner: Runner, probe_file: Path
+):
+    long_lived = probe_runner.hello("enabled").pid
+    observation = probe_runner.fresh("reference", mm_case(m=2), "enabled")
+    assert properties.reference(observation).ok
+
+    lines = probe_lines(probe_file)
+    enables = [line["pid"] for line in lines if line["event"] == "enable"]
+    assert len(enables) == 2 and enables[0] == long_lived
+    fresh = enables[1]
+    assert fresh != long_lived
+    assert [line["pid"] for line in lines if line["event"] == "mm"] == [fresh]
+    assert not pid_alive(fresh)  # closed after its one request
+    assert probe_runner.starts == 1  # fresh workers are not the runner's long-lived ones
+    assert probe_runner._workers["enabled"].alive()
+    assert probe_runner._workers["enabled"].process.pid == long_lived
+
+
+def test_fresh_reports_a_crash_of_the_new_process():
+    with running("planted_crash") as runner, pytest.raises(WorkerCrash, match="SIGSEGV"):
+        runner.fresh("reference", mm_case(m=101), "enabled")
+
+
+def test_a_worker_can_be_driven_directly():
+    worker = Worker("planted_correct", "enabled", start_timeout_s=120)
+    try:
+        hello = worker.start()
+        assert hello.status == "ready" and hello.switch == "enabled"
+        assert worker.alive() and worker.process.pid == hello.pid
+        observation = worker.request(("observe", "determinism", mm_case()), 60, "x")
+        assert properties.determinism(observation).ok
+    finally:
+        worker.close()
+    assert not worker.alive()
+
+
+# -- targets that cannot load -------------------------------------------------------------------
+
+
+def test_missing_module_says_hello_with_status_missing():
+    with running(MISSING) as runner:
+        hello = runner.hello("disabled")
+        assert hello.status == "missing"
+        assert MISSING in hello.message
+        assert "PYTHONPATH" in hello.message  # says how to fix it
+        with pytest.raises(WorkerStartFailure, match="missing"):
+            runner.observe("reference", mm_case(), "disabled")
+
+
+@pytest.mark.parametrize("switch", ["disabled", "enabled"])
+def test_enable_raising_gives_status_broken_with_the_exception(switch: str):
+    with running("planted_broken_enable") as runner:
+        hello = runner.hello(switch)
+        assert hello.status == "broken"
+        state = "True" if switch == "enabled" else "False"
+        assert f"enable({state}) raised" in hello.message
+        assert "RuntimeError" in hello.message
+        assert f"planted: no accelerator for enable({state})" in hello.message
+
+
+def test_unknown_op_in_ops_gives_status_broken_naming_it():
+    with running("planted_unknown_op") as runner:
+        hello = runner.hello("enabled")
+        assert hello.status == "broken"
+        assert "flash_mm" in hello.message
+        assert "['flash_mm']" in hello.message  # mm itself is known
+
+
+def test_missing_dependency_of_a_present_target_is_broken_not_missing():
+    with running("planted_bad_import") as runner:
+        hello = runner.hello("disabled")
+        assert hello.status == "broken", hello.message
+        assert "bi_props_planted_absent_dependency" in hello.message
+
+
+def test_missing_dependency_named_like_a_prefix_of_the_target_is_broken():
+    with running("planted_prefix_dep") as runner:
+        hello = runner.hello("disabled")
+        assert hello.status == "broken", hello.message
+
+
+# -- the plugin on a missing target -------------------------------------------------------------
+
+PROPERTY_TESTS = (
+    "from bi_props.suite.test_properties import test_batch_variance_control, test_property\n"
+)
+
+
+def test_plugin_fails_the_session_with_one_message_for_a_missing_target(pytester):
+    pytester.makepyfile(test_props=PROPERTY_TESTS)
+    result = pytester.runpytest_subprocess(
+        "--hypothesis-profile=ci", "--bi-target", MISSING, "-p", "no:cacheprovider", timeout=120
+    )
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    output = result.stdout.str() + result.stderr.str()
+    headline = f"bi_props: target {MISSING!r} cannot run here (missing)"
+    assert output.count(headline) == 1, output
+    assert "--bi-allow-missing" in output  # says how to skip instead
+    assert "Traceback" not in output
+    assert "passed" not in output and "failed" not in output
+
+
+def test_plugin_with_allow_missing_skips_loudly(pytester):
+    pytester.makepyfile(test_props=PROPERTY_TESTS)
+    result = pytester.runpytest_subprocess(
+        "--hypothesis-profile=ci",
+        "--bi-target",
+        MISSING,
+        "--bi-allow-missing",
+        "-p",
+        "no:cacheprovider",
+        timeout=120,
+    )
+    assert result.ret == pytest.ExitCode.OK
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("skipped", 0) > 0
+    assert "passed" not in outcomes and "failed" not in outcomes
+    result.stdout.fnmatch_lines(
+        [
+            "*bi_props: NOT RUN ON THE INTENDED HARDWARE*",
+            f"*{outcomes['skipped']} property tests did not run*{MISSING}*",
+        ]
+    )
