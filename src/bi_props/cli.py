@@ -31,6 +31,14 @@ def _parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--profile", default="cpu", help="bundled search space to use")
     fuzz.add_argument("--strategies", type=Path, default=None, help="a search-space TOML file")
     fuzz.add_argument(
+        "--known",
+        type=Path,
+        default=None,
+        metavar="TOML",
+        help="known failures: reported as known (not counted in the exit status); listed cases "
+        "are re-checked first (still failing, or fixed)",
+    )
+    fuzz.add_argument(
         "--seed",
         type=int,
         default=None,
@@ -125,6 +133,12 @@ def _fuzz(args: argparse.Namespace) -> int:
     if args.ray_actors is not None and args.ray_actors < 1:
         return _usage("--ray-actors must be at least 1")
     space = _space(args)
+    from .known import DataFileError, load_known
+
+    try:
+        known = load_known(args.known) if args.known else []
+    except DataFileError as exc:
+        return _usage(f"bad known-failures file: {exc}")
     targets = args.target or [space.target or DEFAULT_TARGETS.get(args.profile)]
     if not all(targets):
         return _usage(f"profile {args.profile!r} names no target: pass --target")
@@ -142,11 +156,12 @@ def _fuzz(args: argparse.Namespace) -> int:
                 address=args.ray or None,
                 actors=args.ray_actors,
                 device=args.ray_device,
+                known=known,
             )
         from .campaign import Campaign
 
         campaign = Campaign(
-            targets, space, args.out, args.budget, seed=args.seed, resume=args.resume
+            targets, space, args.out, args.budget, seed=args.seed, resume=args.resume, known=known
         )
         return campaign.run()
     except WorkerFailure as exc:

@@ -1,25 +1,20 @@
-"""`bi-props fuzz`: every property for every op on a target, both switch states, within a budget.
+"""The building blocks of `bi-props fuzz`: cells and one time-boxed slice of a cell.
 
-The budget is spread fairly: cells (op x property x switch) take turns in short slices of examples,
-each slice a Hypothesis run with fresh randomness and the example database under ``--out``. A cell
-that fails is shrunk, confirmed in a fresh worker, recorded (and the report rewritten at once), and
-retired. Negative controls run first, one per op. Ctrl-C or SIGTERM still writes the report.
+A cell is (op, property, switch state); a slice runs up to ``SLICE_EXAMPLES`` examples of it as one
+Hypothesis run with its own seed and the campaign's example database (stable key per cell, so past
+failures replay first). A failing slice is shrunk, confirmed in a fresh worker and recorded by the
+session, and retires the cell. campaign.py (local) and ray_runner.py (Ray actors) drive them.
 """
 
 from __future__ import annotations
 
-import signal
-import sys
-import time
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TextIO
 
 from hypothesis import HealthCheck, given, settings
+from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
-from hypothesis.database import DirectoryBasedExampleDatabase
 
-from .catalogue import cells, controls
+from .catalogue import cells
 from .runner.controller import InternalError
 from .session import Session
 from .space import Space
@@ -44,12 +39,18 @@ def cells_for(space: Space) -> list[Cell]:
     return [Cell(op, prop, switch) for op, prop, switch in cells(space.ops)]
 
 
-class Interrupted(Exception):
-    pass
+class Interrupted(BaseException):
+    """SIGTERM. A BaseException, like KeyboardInterrupt: Hypothesis must not take it for a failure
+    of the example that was running (it would shrink it, call it flaky, and retire the cell)."""
 
 
 def _on_sigterm(signum, frame):  # pragma: no cover - exercised through a subprocess test
     raise Interrupted()
+
+
+def database_key(target: str, op: str, prop: str, switch: str) -> bytes:
+    """The example-database key of one cell (stable across bi_props versions and processes)."""
+    return f"bi_props:fuzz:{target}:{op}:{prop}:{switch}".encode()
 
 
 def run_slice(session: Session, cell: Cell, examples: int, database, seed: int | None) -> int:
@@ -73,9 +74,18 @@ def run_slice(session: Session, cell: Cell, examples: int, database, seed: int |
         case = data.draw(strategy, label="case")
         session.check(cell.op, cell.prop, cell.switch, case)
 
-    slice_test.hypothesis.inner_test._hypothesis_internal_add_digest = (
-        f"bi_props:fuzz:{session.target}:{cell.op}:{cell.prop}:{cell.switch}".encode()
-    )
+    key = database_key(session.target, cell.op, cell.prop, cell.switch)
+    slice_test.hypothesis.inner_test._hypothesis_internal_add_digest = key
+    # The database key is the cell's name, not a digest of this function's source: past failures
+    # replay first in every later run (and campaign), whatever edits this file sees.
+    slice_test._hypothesis_internal_database_key = key
+    if seed is not None:  # a campaign's derived seed: this turn's randomness is reproducible
+        slice_test = hypothesis_seed(seed)(slice_test)
+        # @seed also switches the example database off (Settings(database=None)); a campaign
+        # needs both, so the database is put back.
+        slice_test._hypothesis_internal_use_settings = settings(
+            slice_test._hypothesis_internal_use_settings, database=database
+        )
     try:
         slice_test()
     except InternalError:
@@ -83,62 +93,3 @@ def run_slice(session: Session, cell: Cell, examples: int, database, seed: int |
     except Exception:  # a finding (PropertyFailed, WorkerFailure, or several at once)
         cell.done = True
     return count
-
-
-def fuzz(
-    session: Session, budget_s: float, out: Path, log: TextIO = sys.stderr, seed: int | None = None
-) -> int:
-    """Run the campaign; return the exit status (0 clean, 1 findings, 130 interrupted)."""
-    out.mkdir(parents=True, exist_ok=True)
-    session.report_path = out / "report.json"
-    database = DirectoryBasedExampleDatabase(str(out / "examples"))
-    start = time.monotonic()
-    deadline = start + budget_s
-    cells = cells_for(session.space)
-    previous = signal.signal(signal.SIGTERM, _on_sigterm)
-    interrupted = False
-
-    def progress(what: str) -> None:
-        elapsed = time.monotonic() - start
-        rate = session.runner.examples / elapsed if elapsed else 0.0
-        print(
-            f"[{elapsed:7.1f}s/{budget_s:.0f}s] {session.runner.examples:6d} examples "
-            f"({rate:6.1f}/s), {len(session.findings)} findings | {what}",
-            file=log,
-            flush=True,
-        )
-
-    try:
-        hello = session.hello("disabled")
-        if hello.status != "ready":
-            print(
-                f"bi-props: target {session.target!r} is {hello.status}:\n{hello.message}", file=log
-            )
-            return 2
-        for op, prop in controls(session.space.ops):
-            if time.monotonic() >= deadline:
-                break
-            control = session.control(op, prop)
-            seen = "variance seen" if control.variance_seen else "none seen"
-            progress(f"control {op} {prop}: {seen}")
-        while time.monotonic() < deadline:
-            live = [c for c in cells if not c.done]
-            if not live:
-                break
-            for cell in sorted(live, key=lambda c: c.examples):
-                if time.monotonic() >= deadline:
-                    break
-                cell.examples += run_slice(session, cell, SLICE_EXAMPLES, database, seed)
-                progress(
-                    f"{cell.name}: {cell.examples} examples" + (" -> FINDING" if cell.done else "")
-                )
-    except (KeyboardInterrupt, Interrupted):
-        interrupted = True
-        progress("interrupted: writing the report")
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-        session.close()
-    print(f"bi-props: report written to {session.report_path}", file=log)
-    if session.findings:
-        return 1
-    return 130 if interrupted else 0

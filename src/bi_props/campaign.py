@@ -1,0 +1,718 @@
+"""Nightly fuzzing campaigns: rounds with fresh seeds, persistent findings, several targets.
+
+A campaign is what ``bi-props fuzz`` runs. Its state lives in the output directory ``DIR`` and
+survives the process (a nightly job restores and saves it between runs):
+
+- ``DIR/examples/``: the Hypothesis example database. Each cell (target, op, property, switch)
+  has a stable key (``fuzz.database_key``), so past failures replay first in every later run;
+- ``DIR/findings.jsonl``: one finding per line, appended the moment it is recorded, flushed and
+  fsync'ed: a SIGKILL loses nothing already found;
+- ``DIR/campaign.json``: the runs (each with its seed and the range of rounds it ran per target)
+  and the examples spent per cell (atomic rewrite);
+- ``DIR/report.json`` (the README's schema, plus campaign keys), ``DIR/examples.jsonl`` (coverage
+  lines) and, at the end of every run, ``report.md``, ``junit.xml``, ``report.html``.
+
+A *round* sweeps every live cell of a target once, one turn of ``fuzz.SLICE_EXAMPLES`` examples
+each, least-run first. Round ``r`` of target ``t`` uses the seed ``round_seed(S, t, r)`` where
+``S`` is the run's seed (``--seed``, else random; recorded in the report with the range of rounds
+the run covered), and each turn the seed ``derive_seed(round seed, op, property, switch)``: a
+campaign with ``--seed`` is reproducible, and a resumed one continues with new round indices
+(new seeds), never repeating old randomness.
+
+One finding per distinct ``Finding.signature()`` across the whole campaign: previous findings are
+reloaded on start (``--resume``, or automatically when ``DIR/findings.jsonl`` exists) and a cell
+that fails again with a known signature is marked *still failing*, not reported twice. Several
+targets get one Session each; the next turn goes to the target that has used the least time, so
+the budget is split fairly between targets, and equally (in examples) between a target's cells.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import secrets
+import signal
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TextIO
+
+from .catalogue import controls as catalogue_controls
+from .fuzz import SLICE_EXAMPLES, Cell, Interrupted, _on_sigterm, cells_for, run_slice
+from .session import Finding, Session
+from .space import Space
+
+FINDINGS_FILE = "findings.jsonl"
+STATE_FILE = "campaign.json"
+REPORT_FILE = "report.json"
+DATABASE_DIR = "examples"
+COVERAGE_FILE = "examples.jsonl"
+STATE_VERSION = 1
+
+_FINDING_FIELDS = tuple(f.name for f in fields(Finding))
+
+
+def derive_seed(*parts: Any) -> int:
+    """A 64-bit seed from the parts (same parts, same seed, on every machine and Python)."""
+    digest = hashlib.sha256(repr(tuple(parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "big")
+
+
+def round_seed(run_seed: int, target: str, index: int) -> int:
+    """The seed of round ``index`` of ``target`` in a run whose seed is ``run_seed``."""
+    return derive_seed(run_seed, target, index)
+
+
+def turn_seed(round_seed: int, op: str, prop: str, switch: str, turn: int = 0) -> int:
+    """The seed of one turn of a cell in a round (a Ray shard may run several turns)."""
+    if turn == 0:
+        return derive_seed(round_seed, op, prop, switch)
+    return derive_seed(round_seed, op, prop, switch, turn)
+
+
+def cell_key(target: str, op: str, prop: str, switch: str) -> str:
+    return f"{target}|{op}|{prop}|{switch}"
+
+
+def finding_from_dict(data: dict[str, Any]) -> Finding:
+    """A Finding from its JSON form (unknown keys ignored, so later fields do not break old
+    readers, and missing optional ones default)."""
+    return Finding(**{k: data[k] for k in _FINDING_FIELDS if k in data})
+
+
+def signature_of(data: dict[str, Any]) -> tuple:
+    """``Finding.signature()`` of a finding's JSON form."""
+    return finding_from_dict(data).signature()
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+
+
+class FindingsLog:
+    """``DIR/findings.jsonl``: append-only, one JSON finding per line, durable on return."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def load(self, log: TextIO | None = None) -> list[Finding]:
+        """Every finding in the file, in order. A torn last line (a kill mid-write) is skipped."""
+        if not self.path.exists():
+            return []
+        found = []
+        for number, line in enumerate(self.path.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                found.append(finding_from_dict(json.loads(line)))
+            except (json.JSONDecodeError, TypeError) as exc:
+                if log is not None:
+                    print(f"bi-props: {self.path}:{number}: skipped ({exc})", file=log)
+        return found
+
+    def append(self, finding: Finding) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        created = not self.path.exists()
+        with self.path.open("a") as f:
+            f.write(json.dumps(asdict(finding), default=str) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        if created:  # make the new directory entry itself durable
+            try:
+                fd = os.open(self.path.parent, os.O_RDONLY)
+            except OSError:
+                return
+            try:
+                os.fsync(fd)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+
+
+@dataclass
+class CellStats:
+    target: str
+    op: str
+    property: str
+    switch: str
+    examples: int = 0  # Hypothesis examples over the whole campaign
+    examples_this_run: int = 0
+    turns: int = 0
+    seconds: float = 0.0
+    retired: bool = False  # this run: a finding (new or known) retired the cell
+
+
+TargetSource = Callable[[], dict[str, Any]]
+"""Returns one target's ``Session.report()``-shaped dict (local session, or merged from actors)."""
+
+
+class Ledger:
+    """Campaign state shared by the local and the Ray drivers: findings (deduplicated by
+    signature, persisted), rounds and seeds, per-cell statistics, and the combined report."""
+
+    def __init__(
+        self,
+        out: Path,
+        targets: list[str],
+        space: Space,
+        *,
+        seed: int | None = None,
+        resume: bool = False,
+        budget_s: float = 0.0,
+        log: TextIO = sys.stderr,
+        mode: str = "local",
+    ) -> None:
+        self.out = Path(out)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self.targets = list(targets)
+        self.space = space
+        self.log = log
+        self.budget_s = budget_s
+        self.mode = mode
+        self.seed_given = seed is not None
+        self.seed = seed if seed is not None else secrets.randbits(32)
+        self.started = time.time()
+        self.started_monotonic = time.monotonic()
+        self.findings_log = FindingsLog(self.out / FINDINGS_FILE)
+        self.sources: dict[str, TargetSource] = {}
+        self.findings: list[Finding] = []
+        self._signatures: set[tuple] = set()
+        self.previous: set[tuple] = set()
+        self.new: set[tuple] = set()
+        self.reseen: set[tuple] = set()
+        self.round_ranges: dict[str, list[int]] = {}  # this run: target -> [first, last]
+        self._next_round: dict[str, int] = {}
+        self.runs: list[dict[str, Any]] = []
+        self.cells: dict[str, CellStats] = {}
+        self.interrupted = False
+        self.extra: dict[str, Any] = {}
+        self._cells_started: float | None = None
+        self._cells_examples_start = 0
+        self._cells_seconds = 0.0
+        self._cells_examples = 0
+        self.resumed = self._load(resume)
+        self.run_index = len(self.runs)
+        self.runs.append(
+            {
+                "run": self.run_index,
+                "started": _now(),
+                "seed": self.seed,
+                "seed_given": self.seed_given,
+                "budget_s": budget_s,
+                "mode": mode,
+                "resumed": self.resumed,
+                "rounds": self.round_ranges,
+            }
+        )
+        self.save_state()
+
+    # -- persistence ---------------------------------------------------------------------------
+
+    def _load(self, resume: bool) -> bool:
+        """Reload previous findings and state; True when this run continues a campaign."""
+        previous = self.findings_log.load(self.log)
+        if not previous and resume:
+            previous = self._import_legacy_report()
+        for finding in previous:
+            if finding.signature() not in self._signatures:
+                self._signatures.add(finding.signature())
+                self.previous.add(finding.signature())
+                self.findings.append(finding)
+        state = self._read_state()
+        self.runs = list(state.get("runs", []))
+        for run in self.runs:
+            for target, (_, last) in (run.get("rounds") or {}).items():
+                self._next_round[target] = max(self._next_round.get(target, 0), last + 1)
+        for key, stats in state.get("cells", {}).items():
+            target, op, prop, switch = key.split("|")
+            self.cells[key] = CellStats(
+                target,
+                op,
+                prop,
+                switch,
+                int(stats.get("examples", 0)),
+                0,
+                int(stats.get("turns", 0)),
+                float(stats.get("seconds", 0.0)),
+            )
+        resumed = bool(previous or self.runs)
+        if resumed:
+            print(
+                f"bi-props: resuming the campaign in {self.out}: {len(self.findings)} previous "
+                f"finding(s), {sum(self._next_round.values())} round(s) in {len(self.runs)} "
+                f"run(s)",
+                file=self.log,
+                flush=True,
+            )
+        return resumed
+
+    def _import_legacy_report(self) -> list[Finding]:
+        """``--resume`` on a directory from before campaigns: take report.json's findings."""
+        path = self.out / REPORT_FILE
+        try:
+            report = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError):
+            return []
+        found = [finding_from_dict(f) for f in report.get("findings", [])]
+        for finding in found:
+            self.findings_log.append(finding)
+        return found
+
+    def _read_state(self) -> dict[str, Any]:
+        path = self.out / STATE_FILE
+        if not path.exists():
+            return {}
+        try:
+            state = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            print(f"bi-props: {path} unreadable ({exc}); starting its record afresh", file=self.log)
+            return {}
+        return state if isinstance(state, dict) else {}
+
+    def save_state(self) -> None:
+        state = {
+            "version": STATE_VERSION,
+            "targets": self.targets,
+            "seed": self.seed,
+            "runs": self.runs,
+            "cells": {
+                key: {"examples": c.examples, "turns": c.turns, "seconds": round(c.seconds, 3)}
+                for key, c in self.cells.items()
+            },
+        }
+        _atomic_write(self.out / STATE_FILE, json.dumps(state, indent=1))
+
+    # -- findings ------------------------------------------------------------------------------
+
+    def record(self, finding: Finding) -> bool:
+        """Keep a finding once per signature; True when it is new to the campaign. New findings
+        are on disk (findings.jsonl, fsync'ed) before this returns."""
+        signature = finding.signature()
+        if signature in self._signatures:
+            if signature in self.previous:
+                self.reseen.add(signature)
+            return False
+        self._signatures.add(signature)
+        self.new.add(signature)
+        self.findings.append(finding)
+        self.findings_log.append(finding)
+        return True
+
+    def known_signature(self, signature: tuple) -> bool:
+        return signature in self._signatures
+
+    # -- rounds and cells ----------------------------------------------------------------------
+
+    def next_round(self, target: str) -> tuple[int, int]:
+        """Start the target's next round: (index, seed). Indices continue across runs."""
+        index = self._next_round.get(target, 0)
+        self._next_round[target] = index + 1
+        self.round_ranges.setdefault(target, [index, index])[1] = index
+        self.save_state()
+        return index, round_seed(self.seed, target, index)
+
+    @property
+    def rounds(self) -> list[dict[str, Any]]:
+        """Every run's rounds per target: the index range and the run's seed (round r's seed is
+        ``round_seed(seed, target, r)``)."""
+        return [
+            {"run": run.get("run"), "target": target, "first": first, "last": last,
+             "seed": run.get("seed")}
+            for run in self.runs
+            for target, (first, last) in (run.get("rounds") or {}).items()
+        ]  # fmt: skip
+
+    def cell(self, target: str, op: str, prop: str, switch: str) -> CellStats:
+        key = cell_key(target, op, prop, switch)
+        if key not in self.cells:
+            self.cells[key] = CellStats(target, op, prop, switch)
+        return self.cells[key]
+
+    def turn_done(self, stats: CellStats, examples: int, seconds: float, retired: bool) -> None:
+        stats.examples += examples
+        stats.examples_this_run += examples
+        stats.turns += 1
+        stats.seconds += seconds
+        stats.retired = stats.retired or retired
+
+    def cells_phase(self, examples_now: int) -> None:
+        """Mark the start of the cells phase (after start-up and controls): throughput base."""
+        if self._cells_started is None:
+            self._cells_started = time.monotonic()
+            self._cells_examples_start = examples_now
+
+    def cells_phase_end(self, examples_now: int) -> None:
+        if self._cells_started is not None:
+            self._cells_seconds = time.monotonic() - self._cells_started
+            self._cells_examples = examples_now - self._cells_examples_start
+
+    # -- the report ----------------------------------------------------------------------------
+
+    def examples_this_run(self, reports: dict[str, dict[str, Any]] | None = None) -> int:
+        reports = reports if reports is not None else self._target_reports()
+        return sum(int(r.get("examples", 0)) for r in reports.values())
+
+    def _target_reports(self) -> dict[str, dict[str, Any]]:
+        return {t: self.sources[t]() for t in self.targets if t in self.sources}
+
+    def finding_status(self, signature: tuple) -> str:
+        if signature in self.new:
+            return "new"
+        if signature in self.reseen:
+            return "still failing"
+        return "not seen this run"
+
+    def report(self) -> dict[str, Any]:
+        reports = self._target_reports()
+        first = next(iter(reports.values()), {})
+        report: dict[str, Any] = dict(first)  # keys other tooling adds to Session.report() pass
+        previous_examples = sum(int(r.get("examples_this_run", 0)) for r in self.runs[:-1])
+        this_run = self.examples_this_run(reports)
+        known: list[dict[str, Any]] = []  # each Session's re-checked known failures
+        for r in reports.values():
+            for entry in r.get("known", []) or []:
+                if entry not in known:
+                    known.append(entry)
+        elapsed = time.monotonic() - self.started_monotonic
+        cells_seconds = self._cells_seconds
+        cells_examples = self._cells_examples
+        report.update(
+            {
+                "target": ",".join(self.targets),
+                "targets": list(self.targets),
+                "profile": self.space.profile,
+                "strategies": self.space.source,
+                "examples": previous_examples + this_run,
+                "examples_this_run": this_run,
+                "elapsed_s": round(elapsed, 3),
+                "findings": [asdict(f) for f in self.findings],
+                "controls": [
+                    {**c, "target": t} for t, r in reports.items() for c in r.get("controls", [])
+                ],
+                "not_covered": [
+                    {**n, "target": t} for t, r in reports.items() for n in r.get("not_covered", [])
+                ],
+                "seed": self.seed,
+                "rounds": self.rounds,
+                "cells": [asdict(c) for c in self.cells.values()],
+                "campaign": {
+                    "mode": self.mode,
+                    "run": self.run_index,
+                    "runs": self.runs,
+                    "resumed": self.resumed,
+                    "interrupted": self.interrupted,
+                    "budget_s": self.budget_s,
+                    "finding_status": [
+                        {"signature": list(f.signature()), "status": self.finding_status(s)}
+                        for f in self.findings
+                        for s in [f.signature()]
+                    ],
+                    "throughput": {
+                        "cells_examples": cells_examples,
+                        "cells_seconds": round(cells_seconds, 3),
+                        "examples_per_s": round(cells_examples / cells_seconds, 3)
+                        if cells_seconds > 0
+                        else None,
+                    },
+                    **self.extra,
+                },
+            }
+        )
+        if len(reports) > 1:
+            report["environment"] = {}
+            report["per_target"] = {
+                t: {k: r.get(k) for k in ("profile", "strategies", "environment", "examples")}
+                for t, r in reports.items()
+            }
+        if known:
+            report["known"] = known
+        return report
+
+    def write_report(self) -> None:
+        _atomic_write(self.out / REPORT_FILE, json.dumps(self.report(), indent=2, default=str))
+
+    def finish(self) -> None:
+        """Close this run's record (state, report.json)."""
+        reports = self._target_reports()
+        self.runs[-1].update(
+            {
+                "finished": _now(),
+                "elapsed_s": round(time.monotonic() - self.started_monotonic, 3),
+                "examples_this_run": self.examples_this_run(reports),
+                "new_findings": len(self.new),
+                "interrupted": self.interrupted,
+            }
+        )
+        self.save_state()
+        self.write_report()
+
+    def exit_status(self, report: dict[str, Any] | None = None) -> int:
+        """1 when the campaign holds a finding not marked known (or fixed and not seen again);
+        else 130 when interrupted, else 0."""
+        from .reporting.data import finding_statuses
+
+        report = report if report is not None else self.report()
+        statuses = finding_statuses(report)
+        if any(s.failing for s in statuses):
+            return 1
+        return 130 if self.interrupted else 0
+
+    def progress(self, what: str, examples: int) -> None:
+        """One line per turn (no carriage returns, no colours): readable in a CI log."""
+        elapsed = time.monotonic() - self.started_monotonic
+        rate = examples / elapsed if elapsed else 0.0
+        print(
+            f"[{elapsed:7.1f}s/{self.budget_s:.0f}s] {examples:7d} examples ({rate:6.1f}/s) | "
+            f"{len(self.findings)} findings ({len(self.new)} new) | {what}",
+            file=self.log,
+            flush=True,
+        )
+
+
+class CampaignSession(Session):
+    """A Session whose findings go through the campaign's ledger (dedup by signature, appended
+    to findings.jsonl at once) and whose report is the campaign's combined report."""
+
+    ledger: Ledger | None = None
+    round: int | None = None
+
+    def record(self, finding: Finding) -> None:
+        if self.ledger is None:
+            super().record(finding)
+            return
+        if self.ledger.record(finding):
+            self.findings.append(finding)
+        self.write_report()
+
+    def write_report(self) -> None:
+        if self.ledger is None:
+            super().write_report()
+            return
+        self.ledger.write_report()
+
+    def annotate(self) -> None:
+        """Coverage lines carry the target and the round (several targets share one file)."""
+        for line in self.examples_log:
+            line.setdefault("target", self.target)
+            line.setdefault("round", self.round)
+
+    def flush_examples(self) -> None:
+        self.annotate()
+        super().flush_examples()
+
+
+@contextmanager
+def controls_database(database) -> Iterator[None]:
+    """Run the negative controls (``hypothesis.find``, which uses the default settings) against
+    the campaign's example database, with fresh randomness, then restore the previous profile."""
+    from hypothesis import settings
+
+    try:
+        previous = settings.get_current_profile_name()
+    except Exception:  # pragma: no cover - very old Hypothesis
+        previous = None
+    settings.register_profile(
+        "bi_props_campaign", parent=settings.default, database=database, derandomize=False
+    )
+    settings.load_profile("bi_props_campaign")
+    try:
+        yield
+    finally:
+        if previous is not None:
+            settings.load_profile(previous)
+
+
+@dataclass
+class _TargetState:
+    session: CampaignSession
+    cells: list[Cell]
+    seconds: float = 0.0
+    queue: list[Cell] = field(default_factory=list)
+    round: int | None = None
+    round_seed: int | None = None
+
+    def live(self) -> bool:
+        return any(not c.done for c in self.cells)
+
+
+class Campaign:
+    """The local (non-Ray) campaign driver: one Session per target, round-robin by time used."""
+
+    def __init__(
+        self,
+        targets: list[str],
+        space: Space,
+        out: Path,
+        budget_s: float,
+        *,
+        seed: int | None = None,
+        resume: bool = False,
+        log: TextIO = sys.stderr,
+        write_reports: bool = True,
+        known: list | None = None,
+    ) -> None:
+        if not targets:
+            raise ValueError("a campaign needs at least one target")
+        self.targets = list(dict.fromkeys(targets))
+        self.space = space
+        self.out = Path(out)
+        self.budget_s = budget_s
+        self.seed = seed
+        self.resume = resume
+        self.log = log
+        self.write_reports = write_reports
+        self.known = list(known or [])  # known.KnownFailure entries (re-checked at the start)
+        self.ledger: Ledger | None = None
+
+    def run(self) -> int:
+        """Run the campaign; return the exit status (0 clean, 1 findings, 2 a target that cannot
+        run, 130 interrupted)."""
+        from hypothesis.database import DirectoryBasedExampleDatabase
+
+        ledger = self.ledger = Ledger(
+            self.out,
+            self.targets,
+            self.space,
+            seed=self.seed,
+            resume=self.resume,
+            budget_s=self.budget_s,
+            log=self.log,
+        )
+        database = DirectoryBasedExampleDatabase(str(self.out / DATABASE_DIR))
+        states: dict[str, _TargetState] = {}
+        for target in self.targets:
+            session = CampaignSession(target, self.space)
+            session.ledger = ledger
+            session.report_path = self.out / REPORT_FILE
+            session.known = list(self.known)
+            states[target] = _TargetState(session, cells_for(self.space))
+            for cell in states[target].cells:  # every cell is in the report, run or not
+                ledger.cell(target, cell.op, cell.prop, cell.switch)
+            ledger.sources[target] = session.report
+        deadline = ledger.started_monotonic + self.budget_s
+        previous = signal.signal(signal.SIGTERM, _on_sigterm)
+        status: int | None = None
+
+        def examples() -> int:
+            return sum(s.session.runner.examples for s in states.values())
+
+        try:
+            with controls_database(database):
+                for target, state in states.items():
+                    state.session.runner.start_all()  # both switch states import concurrently
+                    hello = state.session.hello("disabled")
+                    if hello.status != "ready":
+                        print(
+                            f"bi-props: target {target!r} is {hello.status}:\n{hello.message}",
+                            file=self.log,
+                        )
+                        status = 2
+                        return status
+                    if state.session.known:
+                        state.session.check_known()
+                for target, state in states.items():
+                    for op, prop in catalogue_controls(self.space.ops):
+                        if time.monotonic() >= deadline:
+                            break
+                        control = state.session.control(op, prop)
+                        seen = "variance seen" if control.variance_seen else "none seen"
+                        ledger.progress(f"{target} | control {op} {prop}: {seen}", examples())
+                ledger.cells_phase(examples())
+                self._cells(states, ledger, database, deadline, examples)
+        except (KeyboardInterrupt, Interrupted):
+            ledger.interrupted = True
+            ledger.progress("interrupted: writing the report", examples())
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+            ledger.cells_phase_end(examples())
+            for state in states.values():
+                state.session.close()
+            ledger.finish()
+        print(f"bi-props: report written to {self.out / REPORT_FILE}", file=self.log)
+        if self.write_reports:
+            render_reports(self.out, self.log)
+        return status if status is not None else ledger.exit_status()
+
+    def _cells(
+        self,
+        states: dict[str, _TargetState],
+        ledger: Ledger,
+        database,
+        deadline: float,
+        examples: Callable[[], int],
+    ) -> None:
+        while time.monotonic() < deadline:
+            live = [(t, s) for t, s in states.items() if s.live()]
+            if not live:
+                return
+            target, state = min(live, key=lambda item: item[1].seconds)
+            state.queue = [c for c in state.queue if not c.done]
+            if not state.queue:
+                state.round, state.round_seed = ledger.next_round(target)
+                state.session.round = state.round
+                state.queue = sorted(
+                    (c for c in state.cells if not c.done), key=lambda c: c.examples
+                )
+            cell = state.queue.pop(0)
+            stats = ledger.cell(target, cell.op, cell.prop, cell.switch)
+            seed = turn_seed(state.round_seed, cell.op, cell.prop, cell.switch)
+            reseen_before = len(ledger.reseen)
+            new_before = len(ledger.new)
+            started = time.monotonic()
+            ran = run_slice(state.session, cell, SLICE_EXAMPLES, database, seed)
+            seconds = time.monotonic() - started
+            state.session.flush_examples()  # each turn's coverage on disk (a kill loses little)
+            state.seconds += seconds
+            cell.examples += ran
+            ledger.turn_done(stats, ran, seconds, cell.done)
+            outcome = ""
+            if cell.done:
+                if len(ledger.new) > new_before:
+                    outcome = " -> FINDING"
+                elif len(ledger.reseen) > reseen_before:
+                    outcome = " -> still failing (known from a previous run)"
+                else:
+                    outcome = " -> retired"
+            ledger.progress(
+                f"round {state.round} | {target} | {cell.name}: {cell.examples} examples{outcome}",
+                examples(),
+            )
+
+
+def render_reports(out: Path, log: TextIO = sys.stderr) -> dict[str, Path]:
+    """Write report.md, junit.xml and report.html from DIR; a failure here is reported, never
+    allowed to change the campaign's exit status."""
+    from .reporting import write_reports
+
+    try:
+        written = write_reports(out)
+    except Exception as exc:  # pragma: no cover - defensive: reports must not lose a run
+        print(f"bi-props: could not render the reports in {out}: {exc!r}", file=log)
+        return {}
+    print("bi-props: reports: " + ", ".join(str(p) for p in written.values()), file=log, flush=True)
+    return written
+
+
+def run_campaign(
+    targets: Iterable[str],
+    space: Space,
+    out: Path,
+    budget_s: float,
+    *,
+    seed: int | None = None,
+    resume: bool = False,
+    log: TextIO = sys.stderr,
+) -> int:
+    return Campaign(list(targets), space, out, budget_s, seed=seed, resume=resume, log=log).run()

@@ -1,0 +1,300 @@
+"""Everything the reports show, read once from an output directory (no matplotlib here).
+
+Inputs: ``report.json`` (required: the Session/campaign schema of the README, with the optional
+campaign keys ``cells``, ``rounds``, ``campaign`` and the optional ``known`` list) and
+``examples.jsonl`` (coverage lines; optional, streamed and aggregated, so a night of examples
+does not have to fit in memory as dicts).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .ulp import max_ulp
+
+SIGNATURE_FIELDS = ("target", "op", "property", "switch", "kind", "error_type")
+MAX_POINTS_PER_OP = 4000  # scatter points kept per op (failures always kept)
+
+FAILING_STATUSES = ("new", "still failing", "not seen this run", "regression")
+STATUS_NOTES = {
+    "new": "found in this run",
+    "still failing": "found before, failed again in this run",
+    "not seen this run": "found before, not reproduced in this run (fixed, or not re-tested)",
+    "known": "a known failure (report.json 'known')",
+    "fixed": "marked fixed and not seen in this run",
+    "regression": "marked fixed, but failed again in this run",
+}
+
+
+def signature(finding: dict[str, Any]) -> tuple:
+    return tuple(finding.get(k) for k in SIGNATURE_FIELDS)
+
+
+def cell_name(op: str, prop: str, switch: str) -> str:
+    return f"{op} {prop} [{switch}]"
+
+
+def known_entry(finding: dict[str, Any], known: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The ``known`` entry matching a finding: an entry gives a ``signature`` list (in
+    ``Finding.signature()`` order) or some of the signature's fields by name (as
+    ``Session.report()``'s ``known`` does); fields it leaves out, or sets to ``"*"`` or null,
+    match anything."""
+    sig = signature(finding)
+    for entry in known or []:
+        if not isinstance(entry, dict):
+            continue
+        wanted = entry.get("signature")
+        if isinstance(wanted, (list, tuple)):
+            pairs = zip(wanted, sig, strict=False)
+        else:
+            pairs = ((entry[k], finding.get(k)) for k in SIGNATURE_FIELDS if k in entry)
+        if all(w in ("*", None) or w == v for w, v in pairs):
+            return entry
+    return None
+
+
+@dataclass
+class FindingStatus:
+    finding: dict[str, Any]
+    status: str
+    known: dict[str, Any] | None = None
+
+    @property
+    def signature(self) -> tuple:
+        return signature(self.finding)
+
+    @property
+    def failing(self) -> bool:
+        return self.status in FAILING_STATUSES
+
+    @property
+    def note(self) -> str:
+        note = STATUS_NOTES.get(self.status, self.status)
+        if self.known:
+            extra = ", ".join(str(self.known[k]) for k in ("reason", "link") if self.known.get(k))
+            if extra:
+                note += f": {extra}"
+        return note
+
+
+def finding_statuses(report: dict[str, Any]) -> list[FindingStatus]:
+    """Each finding with its campaign status, overridden by the ``known`` list when present
+    (entry status "fixed": fixed, or a regression when it failed in this run; any other entry
+    status, and a finding the session itself marked ``status: known``: known)."""
+    campaign = {
+        tuple(s["signature"]): s["status"]
+        for s in (report.get("campaign") or {}).get("finding_status", [])
+    }
+    known = report.get("known") or []
+    result = []
+    for finding in report.get("findings", []):
+        status = campaign.get(signature(finding), "new")
+        entry = known_entry(finding, known)
+        if entry is None and finding.get("status") == "known":
+            status = "known"
+        elif entry is not None:
+            marked = entry.get("status", "known")
+            if marked == "fixed":
+                status = "regression" if status in ("new", "still failing") else "fixed"
+            else:
+                status = "known"
+        result.append(FindingStatus(finding, status, entry))
+    return result
+
+
+def round_counts(rounds: list[dict[str, Any]], run: int | None) -> tuple[int, int]:
+    """(rounds in this run, rounds in the campaign) from the report's round ranges."""
+    sizes = [(r.get("run"), int(r["last"]) - int(r["first"]) + 1) for r in rounds if "last" in r]
+    return sum(n for k, n in sizes if k == run), sum(n for _, n in sizes)
+
+
+def bucket(n: int) -> str:
+    """Power-of-two bucket of one extent: 0, 1, 2-3, 4-7, 8-15, ..."""
+    if n <= 1:
+        return str(max(n, 0))
+    low = 1 << (int(n).bit_length() - 1)
+    return f"{low}-{2 * low - 1}"
+
+
+def shape_bucket(shape: list[int] | tuple[int, ...]) -> str:
+    return "x".join(bucket(int(s)) for s in shape)
+
+
+def axis_names(op: str) -> tuple[str, str]:
+    """Names of the scatter axes for an op: (rows, second shape entry) from the catalogue."""
+    try:
+        from ..catalogue import OPS
+
+        doc = OPS[op].shape_doc
+    except Exception:
+        doc = ""
+    match = re.match(r"\s*(?:form \w+: )?\(([^)]*)\)", doc)
+    names = [n.strip() for n in match.group(1).split(",")] if match else []
+    second = names[1] if len(names) > 1 else "shape[1]"
+    return "rows in the call (batch rows, or M)", second
+
+
+CASE_SHAPE = re.compile(r"shape=\(([\d,\s]*)\)")
+CASE_DTYPE = re.compile(r"dtype='(\w+)'")
+CASE_COMPANION_ROWS = re.compile(r"Companion\(seed=\d+, rows=(\d+)\)")
+
+
+def case_point(case: str | None) -> tuple[str | None, int, int] | None:
+    """(dtype, x, y) of a case repr for the shape-space plot: x = rows in the call."""
+    if not case:
+        return None
+    shape_m = CASE_SHAPE.search(case)
+    if not shape_m:
+        return None
+    shape = [int(s) for s in shape_m.group(1).split(",") if s.strip()]
+    if not shape:
+        return None
+    dtype_m = CASE_DTYPE.search(case)
+    rows = shape[0] + sum(int(r) for r in CASE_COMPANION_ROWS.findall(case))
+    second = shape[1] if len(shape) > 1 else shape[0]
+    return (dtype_m.group(1) if dtype_m else None), rows, second
+
+
+@dataclass
+class CoverageRow:
+    target: str
+    op: str
+    property: str
+    switch: str
+    dtype: str
+    layout: str
+    bucket: str
+    outcomes: Counter = field(default_factory=Counter)
+
+    @property
+    def total(self) -> int:
+        return sum(self.outcomes.values())
+
+
+@dataclass
+class ReportData:
+    out: Path
+    report: dict[str, Any]
+    statuses: list[FindingStatus]
+    coverage: dict[tuple, CoverageRow]
+    points: dict[str, list[tuple[str, int, int, str]]]
+    ulps: list[tuple[str, int]]
+    cells: list[dict[str, Any]]
+    lines: int = 0
+    outcomes: Counter = field(default_factory=Counter)
+
+    @property
+    def targets(self) -> list[str]:
+        return self.report.get("targets") or [self.report.get("target", "?")]
+
+    def cell_findings(self, target: str, op: str, prop: str, switch: str) -> list[FindingStatus]:
+        return [
+            s
+            for s in self.statuses
+            if (s.finding.get("op"), s.finding.get("property"), s.finding.get("switch"))
+            == (op, prop, switch)
+            and s.finding.get("target", target) == target
+        ]
+
+    def not_covered(self, target: str, op: str) -> str | None:
+        for entry in self.report.get("not_covered", []):
+            if entry.get("op") == op and entry.get("target", target) == target:
+                return entry.get("reason", "")
+        return None
+
+
+def load(out: Path) -> ReportData:
+    """Read DIR/report.json and stream DIR/examples.jsonl."""
+    out = Path(out)
+    report = json.loads((out / "report.json").read_text())
+    statuses = finding_statuses(report)
+    default_target = (report.get("targets") or [report.get("target", "?")])[0]
+    coverage: dict[tuple, CoverageRow] = {}
+    failures: dict[str, list] = defaultdict(list)
+    passing: dict[str, list] = defaultdict(list)
+    seen_ok: Counter = Counter()
+    rng = random.Random(0)
+    ulps: list[tuple[str, int]] = []
+    outcomes: Counter = Counter()
+    lines = 0
+    path = out / "examples.jsonl"
+    if path.exists():
+        with path.open() as f:
+            for raw in f:
+                try:
+                    line = json.loads(raw)
+                except json.JSONDecodeError:
+                    continue  # a torn last line
+                lines += 1
+                target = line.get("target") or default_target
+                op, prop, switch = line.get("op"), line.get("property"), line.get("switch")
+                shape = line.get("shape") or []
+                outcome = line.get("outcome", "?")
+                outcomes[outcome] += 1
+                layout = "/".join(line.get("layouts") or []) or "-"
+                key = (target, op, prop, switch, line.get("dtype"), layout, shape_bucket(shape))
+                if key not in coverage:
+                    coverage[key] = CoverageRow(*key)
+                coverage[key].outcomes[outcome] += 1
+                if line.get("max_ulp") is not None:
+                    ulps.append((f"{prop} [{switch}]", int(line["max_ulp"])))
+                if shape:
+                    rows = line.get("batch_rows") or shape[0]
+                    second = shape[1] if len(shape) > 1 else shape[0]
+                    point = (line.get("dtype"), int(rows), int(second), outcome)
+                    _keep_point(failures, passing, seen_ok, op, point, rng)
+    if not ulps:
+        for status in statuses:  # no per-example ULPs recorded: use the findings' messages
+            value = max_ulp(status.finding.get("message"))
+            if value is not None:
+                f = status.finding
+                ulps.append((f"{f.get('property')} [{f.get('switch')}] (finding)", value))
+    for control in report.get("controls", []):
+        value = max_ulp(control.get("message"))
+        if value is not None:
+            ulps.append((f"{control.get('property')} [disabled] (negative control)", value))
+    points = {op: passing[op] + failures[op] for op in {*passing, *failures}}
+    cells = list(report.get("cells") or []) or _cells_from(coverage, statuses, default_target)
+    return ReportData(out, report, statuses, coverage, points, ulps, cells, lines, outcomes)
+
+
+def _keep_point(
+    failures: dict[str, list], passing: dict[str, list], seen: Counter, op: str, point: tuple, rng
+) -> None:
+    """Failures always; passing points by reservoir sampling (deterministic: a fixed seed)."""
+    if point[3] != "ok":
+        failures[op].append(point)
+        return
+    seen[op] += 1
+    if len(passing[op]) < MAX_POINTS_PER_OP:
+        passing[op].append(point)
+        return
+    j = rng.randrange(seen[op])
+    if j < MAX_POINTS_PER_OP:
+        passing[op][j] = point
+
+
+def _cells_from(coverage: dict, statuses: list[FindingStatus], target: str) -> list[dict]:
+    """Cells of an older report (no ``cells`` key): those seen in coverage and in findings."""
+    cells: dict[tuple, dict[str, Any]] = {}
+    for row in coverage.values():
+        key = (row.target, row.op, row.property, row.switch)
+        cell = cells.setdefault(
+            key,
+            {"target": key[0], "op": key[1], "property": key[2], "switch": key[3], "examples": 0},
+        )
+        cell["examples"] += row.total
+    for status in statuses:
+        f = status.finding
+        key = (f.get("target", target), f.get("op"), f.get("property"), f.get("switch"))
+        cells.setdefault(
+            key,
+            {"target": key[0], "op": key[1], "property": key[2], "switch": key[3], "examples": 0},
+        )
+    return list(cells.values())

@@ -1,0 +1,133 @@
+"""``DIR/report.md``: the campaign in Markdown (a CI job summary, a PR comment, an issue)."""
+
+from __future__ import annotations
+
+from .data import ReportData, cell_name, round_counts
+
+MAX_COVERAGE_ROWS = 200
+
+
+def _cell(text: object) -> str:
+    """Text safe inside a Markdown table cell."""
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def first_line(message: str | None) -> str:
+    lines = [line for line in (message or "").splitlines() if line.strip()]
+    return lines[0] if lines else ""
+
+
+def render(data: ReportData) -> str:
+    r = data.report
+    campaign = r.get("campaign") or {}
+    throughput = campaign.get("throughput") or {}
+    failing = [s for s in data.statuses if s.failing]
+    out: list[str] = []
+    verdict = f"{len(failing)} open finding(s)" if failing else "no open findings"
+    out.append(f"# bi_props campaign: {', '.join(data.targets)} ({verdict})\n")
+    out.append("| | |\n| --- | --- |")
+    out.append(f"| targets | {_cell(', '.join(data.targets))} |")
+    out.append(f"| profile | {_cell(r.get('profile'))} (`{_cell(r.get('strategies'))}`) |")
+    if "seed" in r:
+        out.append(f"| campaign seed | `{r['seed']}` (replay: `--seed {r['seed']}`) |")
+    rounds = r.get("rounds") or []
+    if rounds:
+        this_run, total = round_counts(rounds, campaign.get("run"))
+        out.append(f"| rounds | {this_run} this run, {total} in the campaign |")
+    runs = campaign.get("runs") or []
+    if runs:
+        out.append(f"| runs | {len(runs)} (resumed: {campaign.get('resumed', False)}) |")
+    out.append(
+        f"| examples | {r.get('examples_this_run', r.get('examples', 0))} this run, "
+        f"{r.get('examples', 0)} in the campaign |"
+    )
+    out.append(f"| elapsed | {r.get('elapsed_s', 0):.0f} s |")
+    if throughput.get("examples_per_s"):
+        out.append(f"| throughput (cells) | {throughput['examples_per_s']:.1f} examples/s |")
+    if campaign.get("interrupted"):
+        out.append("| interrupted | yes (the report holds everything found until then) |")
+    out.append("")
+
+    out.append("## Findings\n")
+    if not data.statuses:
+        out.append("None.\n")
+    else:
+        out.append("| status | target | cell | kind | fresh process | summary |")
+        out.append("| --- | --- | --- | --- | --- | --- |")
+        for s in data.statuses:
+            f = s.finding
+            kind = f.get("kind", "") + (f" ({f['error_type']})" if f.get("error_type") else "")
+            out.append(
+                f"| **{s.status}** | {_cell(f.get('target'))} | "
+                f"{_cell(cell_name(f.get('op'), f.get('property'), f.get('switch')))} | "
+                f"{_cell(kind)} | {_cell(f.get('reproduced_in_fresh_process'))} | "
+                f"{_cell(first_line(f.get('message')))} |"
+            )
+        out.append("")
+        for i, s in enumerate(data.statuses, 1):
+            f = s.finding
+            out.append(
+                f"### {i}. {cell_name(f.get('op'), f.get('property'), f.get('switch'))} "
+                f"on {f.get('target')}: {f.get('kind')} ({s.status})\n"
+            )
+            out.append(f"_{s.note}_\n")
+            out.append("```python\n" + str(f.get("case", "")) + "\n```\n")
+            out.append("```\n" + str(f.get("message", "")).rstrip() + "\n```\n")
+
+    out.append("## Negative controls (switch off)\n")
+    controls = r.get("controls") or []
+    if not controls:
+        out.append("None ran.\n")
+    else:
+        out.append("| target | op | property | variance seen | smallest case / note |")
+        out.append("| --- | --- | --- | --- | --- |")
+        for c in controls:
+            what = c.get("case") or first_line(c.get("message"))
+            out.append(
+                f"| {_cell(c.get('target', r.get('target')))} | {_cell(c.get('op'))} | "
+                f"{_cell(c.get('property'))} | {'yes' if c.get('variance_seen') else 'no'} | "
+                f"`{_cell(what)}` |"
+            )
+        out.append("")
+
+    if r.get("not_covered"):
+        out.append("## Not covered by the target\n")
+        for n in r["not_covered"]:
+            out.append(f"- {n.get('target', r.get('target'))} `{n.get('op')}`: {n.get('reason')}")
+        out.append("")
+
+    out.append("## Cells\n")
+    out.append("| target | cell | examples (campaign) | this run | status |")
+    out.append("| --- | --- | --- | --- | --- |")
+    for c in data.cells:
+        found = data.cell_findings(c["target"], c["op"], c["property"], c["switch"])
+        status = ", ".join(sorted({s.status for s in found})) or (
+            "passed" if c.get("examples") else "not run"
+        )
+        out.append(
+            f"| {_cell(c['target'])} | {_cell(cell_name(c['op'], c['property'], c['switch']))} "
+            f"| {c.get('examples', 0)} | {c.get('examples_this_run', '')} | {status} |"
+        )
+    out.append("")
+
+    out.append(f"## Coverage ({data.lines} examples recorded in examples.jsonl)\n")
+    rows = sorted(data.coverage.values(), key=lambda row: -row.total)
+    if not rows:
+        out.append("No coverage lines.\n")
+    else:
+        out.append(
+            "| target | op | property | switch | dtype | layouts | shape bucket | examples "
+            "| outcomes |"
+        )
+        out.append("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+        for row in rows[:MAX_COVERAGE_ROWS]:
+            outcomes = ", ".join(f"{k} {v}" for k, v in sorted(row.outcomes.items()))
+            out.append(
+                f"| {_cell(row.target)} | {_cell(row.op)} | {_cell(row.property)} | "
+                f"{_cell(row.switch)} | {_cell(row.dtype)} | {_cell(row.layout)} | "
+                f"{_cell(row.bucket)} | {row.total} | {_cell(outcomes)} |"
+            )
+        if len(rows) > MAX_COVERAGE_ROWS:
+            out.append(f"\n{len(rows) - MAX_COVERAGE_ROWS} more rows in report.html.")
+        out.append("")
+    return "\n".join(out) + "\n"

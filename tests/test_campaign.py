@@ -1,0 +1,409 @@
+"""Campaigns: seeds per round, findings that survive SIGKILL, resume, the example database
+replaying past failures first, one finding per signature, SIGTERM, several targets.
+
+The end-to-end tests run ``bi-props fuzz`` in subprocesses against a planted third-party target
+written into the test's tmp directory: an ``mm`` with two distinct bugs (a wrong result when K is
+odd; batch variance when the call has 64 rows or more).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from bi_props.campaign import (
+    FindingsLog,
+    Ledger,
+    derive_seed,
+    finding_from_dict,
+    round_seed,
+    turn_seed,
+)
+from bi_props.fuzz import database_key
+from bi_props.session import Finding
+from bi_props.space import load
+
+PLANTED = "bi_campaign_planted"
+PLANTED_SOURCE = textwrap.dedent(
+    '''
+    """Planted library for the campaign tests: mm with two distinct bugs."""
+    import warnings
+
+    import torch
+
+    NAMESPACE = "bi_campaign_planted"
+    OPS = ["mm"]
+    KERNEL_PREFIX = NAMESPACE + "::"
+    ROUTES = {"mm": (NAMESPACE + "::mm",)}
+    THRESHOLD = 64
+    _LIBRARIES = []
+
+
+    def _sum(a, b, columns, dtype, reverse):
+        acc = torch.zeros((a.shape[0], b.shape[1]), dtype=dtype)
+        a2, b2 = a.to(dtype), b.to(dtype)
+        order = range(columns)
+        for i in (reversed(order) if reverse else order):
+            acc += a2[:, i : i + 1] * b2[i : i + 1, :]
+        return acc
+
+
+    def mm(a, b):
+        torch._check(a.dim() == 2 and b.dim() == 2, lambda: "mm: both operands must be matrices")
+        torch._check(
+            a.shape[1] == b.shape[0],
+            lambda: f"mat1 and mat2 shapes cannot be multiplied ({a.shape[0]}x{a.shape[1]} and "
+            f"{b.shape[0]}x{b.shape[1]})",
+        )
+        torch._check(
+            a.dtype == b.dtype,
+            lambda: f"expected m1 and m2 to have the same dtype, but got: {a.dtype} != {b.dtype}",
+        )
+        k = a.shape[1]
+        if a.shape[0] >= THRESHOLD:  # BUG 1: the algorithm depends on the batch's size
+            return _sum(a, b, k, torch.float32, True).to(a.dtype)
+        return _sum(a, b, k - k % 2, torch.float64, False).to(a.dtype)  # BUG 2: odd K loses one
+
+
+    def enable(enabled):
+        if not enabled:
+            return
+        defs = torch.library.Library(NAMESPACE, "DEF")
+        defs.define("mm(Tensor self, Tensor mat2) -> Tensor")
+        defs.impl("mm", mm, "CPU")
+        aten = torch.library.Library("aten", "IMPL")
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="(?s).*previously registered kernel")
+            aten.impl("mm", lambda self, mat2: torch.ops.bi_campaign_planted.mm(self, mat2), "CPU")
+        _LIBRARIES.extend((defs, aten))
+    '''
+)
+STRATEGIES = textwrap.dedent(
+    """
+    [profile]
+    description = "campaign tests: mm, small shapes, float32"
+    target = "cpu"
+
+    [hypothesis]
+    max_examples = 10
+    database = "directory"
+
+    [runner]
+    control_examples = 10
+    example_timeout_s = 60
+
+    [ops]
+    include = ["mm"]
+
+    [dtypes]
+    choices = ["float32"]
+
+    [shapes]
+    rows = { min = 1, max = 80 }
+    dim = { min = 0, max = 12 }
+    boundaries = [16, 64]
+
+    [batch]
+    max_companions = 3
+    companion_rows = { min = 1, max = 80 }
+    """
+)
+BUG_SIGNATURES = {
+    (PLANTED, "mm", "reference", "enabled", "mismatch", None),
+    (PLANTED, "mm", "batch_invariance", "enabled", "mismatch", None),
+}
+BUDGET = 25
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory) -> dict:
+    """The planted module and the strategies file, and an environment that imports it."""
+    root = tmp_path_factory.mktemp("planted")
+    (root / f"{PLANTED}.py").write_text(PLANTED_SOURCE)
+    (root / "campaign.toml").write_text(STRATEGIES)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH", "")]))
+    env.pop("CI", None)  # Hypothesis' own ci profile would derandomize the controls
+    return {"root": root, "strategies": root / "campaign.toml", "env": env}
+
+
+def _fuzz(planted: dict, out: Path, *extra: str, budget: float = BUDGET, target=PLANTED):
+    targets = [target] if isinstance(target, str) else target
+    return [
+        sys.executable,
+        "-m",
+        "bi_props.cli",
+        "fuzz",
+        *[arg for t in targets for arg in ("--target", t)],
+        "--budget",
+        str(budget),
+        "--out",
+        str(out),
+        "--strategies",
+        str(planted["strategies"]),
+        *extra,
+    ]
+
+
+def _run(planted: dict, out: Path, *extra: str, **kwargs) -> subprocess.CompletedProcess:
+    command = _fuzz(planted, out, *extra, **kwargs)
+    budget = kwargs.get("budget", BUDGET)
+    return subprocess.run(
+        command, env=planted["env"], capture_output=True, text=True, timeout=budget + 180
+    )
+
+
+def _report(out: Path) -> dict:
+    return json.loads((out / "report.json").read_text())
+
+
+def _signatures(report: dict) -> list[tuple]:
+    return [finding_from_dict(f).signature() for f in report["findings"]]
+
+
+def _lines(path: Path) -> list[dict]:
+    result = []
+    if path.exists():
+        for raw in path.read_text().splitlines():
+            try:
+                result.append(json.loads(raw))
+            except json.JSONDecodeError:
+                pass  # a line torn by the kill
+    return result
+
+
+def _finding(prop: str = "reference", **changes) -> Finding:
+    fields = dict(
+        target="lib",
+        op="mm",
+        property=prop,
+        switch="enabled",
+        kind="mismatch",
+        case="Case(...)",
+        message="m",
+        reproduced_in_fresh_process=True,
+    )
+    fields.update(changes)
+    return Finding(**fields)
+
+
+# -- units -------------------------------------------------------------------------------------
+
+
+def test_seeds_are_derived_stably_and_differ_per_round_and_turn() -> None:
+    assert derive_seed(7, "cpu", 0) == derive_seed(7, "cpu", 0)
+    assert derive_seed(7, "cpu", 0) == int.from_bytes(
+        __import__("hashlib").sha256(repr((7, "cpu", 0)).encode()).digest()[:8], "big"
+    )
+    seeds = {round_seed(7, "cpu", r) for r in range(100)} | {round_seed(8, "cpu", 0)}
+    assert len(seeds) == 101
+    base = round_seed(7, "cpu", 3)
+    assert turn_seed(base, "mm", "reference", "enabled") == derive_seed(
+        base, "mm", "reference", "enabled"
+    )
+    assert turn_seed(base, "mm", "reference", "enabled", 1) != turn_seed(
+        base, "mm", "reference", "enabled"
+    )
+
+
+def test_findings_log_is_fsynced_and_survives_a_torn_line(tmp_path: Path, monkeypatch) -> None:
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(os, "fsync", lambda fd: (synced.append(fd), real_fsync(fd)))
+    log = FindingsLog(tmp_path / "findings.jsonl")
+    log.append(_finding("reference"))
+    log.append(_finding("parity", switch="both", kind="error", error_type="TypeError"))
+    assert len(synced) >= 2  # every append (and the new file's directory entry)
+    with (tmp_path / "findings.jsonl").open("a") as f:
+        f.write('{"target": "lib", "op": "mm", "prop')  # SIGKILL in the middle of a write
+    found = log.load()
+    assert [f.property for f in found] == ["reference", "parity"]
+    assert found[1].error_type == "TypeError"
+
+
+def test_ledger_keeps_one_finding_per_signature_across_runs(tmp_path: Path) -> None:
+    space = load(_write(tmp_path / "s.toml", STRATEGIES))
+    first = Ledger(tmp_path, ["lib"], space, seed=1)
+    assert first.record(_finding("reference"))
+    assert not first.record(_finding("reference", case="Case(other)"))  # same signature
+    assert first.record(_finding("reference", kind="crash"))  # another kind: another signature
+    assert first.next_round("lib") == (0, round_seed(1, "lib", 0))
+    assert first.next_round("lib")[0] == 1
+    first.finish()
+
+    second = Ledger(tmp_path, ["lib"], space, seed=1, resume=True)
+    assert second.resumed and len(second.findings) == 2
+    assert not second.record(_finding("reference"))
+    assert second.finding_status(_finding("reference").signature()) == "still failing"
+    assert second.finding_status(_finding(kind="crash").signature()) == "not seen this run"
+    assert second.next_round("lib") == (2, round_seed(1, "lib", 2))  # rounds continue
+    second.finish()
+    lines = _lines(tmp_path / "findings.jsonl")
+    assert len(lines) == 2  # nothing re-reported
+    report = _report(tmp_path)
+    assert [r["first"] for r in report["rounds"]] == [0, 2]
+    assert report["campaign"]["runs"][1]["resumed"] is True
+
+
+def test_resume_imports_the_findings_of_an_older_report(tmp_path: Path) -> None:
+    space = load(_write(tmp_path / "s.toml", STRATEGIES))
+    old = {"target": "lib", "findings": [{**_finding().__dict__, "future_field": 1}]}
+    (tmp_path / "report.json").write_text(json.dumps(old))
+    ledger = Ledger(tmp_path, ["lib"], space, resume=True)
+    assert [f.signature() for f in ledger.findings] == [_finding().signature()]
+    assert len(_lines(tmp_path / "findings.jsonl")) == 1
+
+
+def test_known_findings_do_not_fail_the_campaign(tmp_path: Path) -> None:
+    space = load(_write(tmp_path / "s.toml", STRATEGIES))
+    ledger = Ledger(tmp_path, ["lib"], space)
+    ledger.record(_finding(status="known"))
+    assert ledger.exit_status() == 0
+    ledger.record(_finding("parity"))
+    assert ledger.exit_status() == 1
+
+
+def _write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+# -- end to end --------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_resume_after_sigkill_finds_everything_an_uninterrupted_run_finds(
+    planted: dict, tmp_path: Path
+) -> None:
+    # 1. The uninterrupted campaign.
+    full = tmp_path / "full"
+    done = _run(planted, full, "--seed", "11")
+    assert done.returncode == 1, done.stderr[-3000:]
+    expected = set(_signatures(_report(full)))
+    assert expected >= BUG_SIGNATURES, done.stderr[-3000:]
+
+    # 2. The same campaign, SIGKILLed as soon as its first finding is on disk.
+    killed = tmp_path / "killed"
+    process = subprocess.Popen(
+        _fuzz(planted, killed, "--seed", "11", budget=300),
+        env=planted["env"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    findings = killed / "findings.jsonl"
+    limit = time.monotonic() + 240
+    try:
+        while not _lines(findings):
+            assert process.poll() is None, "the campaign ended before its first finding"
+            assert time.monotonic() < limit, "no finding within 240 s"
+            time.sleep(0.05)
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=30)
+    before = _lines(findings)
+    assert 1 <= len(before) < len(BUG_SIGNATURES) + 1
+
+    # 3. Resumed with the same seed: everything the uninterrupted run found, each once.
+    resumed = _run(planted, killed, "--seed", "11", "--resume")
+    assert resumed.returncode == 1, resumed.stderr[-3000:]
+    assert "resuming the campaign" in resumed.stderr
+    report = _report(killed)
+    final = _signatures(report)
+    assert len(final) == len(set(final)), "a signature was reported twice"
+    assert set(final) >= expected
+    after = _lines(findings)
+    assert [finding_from_dict(f).signature() for f in after] == final
+    assert after[: len(before)] == before  # what was on disk before the kill is kept as it was
+    runs = report["campaign"]["runs"]
+    assert [r["resumed"] for r in runs] == [False, True]
+    first_round = runs[1]["rounds"][PLANTED][0]
+    assert first_round > runs[0]["rounds"][PLANTED][1]  # new rounds, new seeds
+
+    # The database key is stable: each failure found before the kill replays first on resume,
+    # so its cell fails on the resumed run's first example (and is not reported again).
+    coverage = _lines(killed / "examples.jsonl")
+    for line in before:
+        cell = (line["op"], line["property"], line["switch"])
+        mine = [
+            c
+            for c in coverage
+            if (c["op"], c["property"], c["switch"]) == cell and c["round"] >= first_round
+        ]
+        assert mine and mine[0]["outcome"] == line["kind"], (cell, mine[:3])
+        digest = __import__("hashlib").sha384(database_key(PLANTED, *cell)).hexdigest()[:16]
+        assert (killed / "examples" / digest).is_dir()
+    assert "still failing (known from a previous run)" in resumed.stderr
+
+    # The same seed, the same examples: round 0 of the routing cells, in both campaigns.
+    def round0(out: Path) -> list[dict]:
+        return [
+            c
+            for c in _lines(out / "examples.jsonl")
+            if c["round"] == 0 and c["property"] == "routing"
+        ]
+
+    assert len(round0(full)) == 20
+    assert round0(killed) == round0(full)
+
+    # The reports of the resumed run.
+    for name in ("report.md", "junit.xml", "report.html"):
+        assert (killed / name).stat().st_size > 0
+    suite = ET.parse(killed / "junit.xml").getroot().find("testsuite")
+    failed = {c.get("name") for c in suite.iter("testcase") if c.find("failure") is not None}
+    assert failed >= {"mm reference [enabled]", "mm batch_invariance [enabled]"}
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_campaign_and_writes_the_report(planted: dict, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    process = subprocess.Popen(
+        _fuzz(planted, out, budget=300, target="cpu"),
+        env=planted["env"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    lines = []
+    assert process.stderr is not None
+    for line in process.stderr:
+        lines.append(line)
+        if "round 1 |" in line:  # well inside the cells' Hypothesis runs
+            break
+    started = time.monotonic()
+    process.send_signal(signal.SIGTERM)
+    rest = process.communicate(timeout=60)[1]
+    assert time.monotonic() - started < 30
+    assert process.returncode == 130, "".join(lines[-5:]) + rest
+    assert "interrupted: writing the report" in rest
+    assert "-> retired" not in rest and "FINDING" not in rest  # not mistaken for a failure
+    report = _report(out)
+    assert report["campaign"]["interrupted"] is True and report["findings"] == []
+    assert (out / "junit.xml").exists()
+
+
+@pytest.mark.slow
+def test_several_targets_share_the_budget(planted: dict, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    done = _run(planted, out, "--seed", "3", budget=20, target=[PLANTED, "cpu"])
+    assert done.returncode == 1, done.stderr[-3000:]
+    report = _report(out)
+    assert report["targets"] == [PLANTED, "cpu"]
+    assert set(report["per_target"]) == {PLANTED, "cpu"}
+    seconds = {t: 0.0 for t in report["targets"]}
+    for cell in report["cells"]:
+        seconds[cell["target"]] += cell["seconds"]
+    assert all(s > 0.2 * sum(seconds.values()) for s in seconds.values()), seconds
+    assert {f["target"] for f in report["findings"]} == {PLANTED}
+    assert {c["target"] for c in report["controls"]} == {PLANTED, "cpu"}
+    assert {line["target"] for line in _lines(out / "examples.jsonl")} == {PLANTED, "cpu"}
+    suites = ET.parse(out / "junit.xml").getroot().findall("testsuite")
+    assert [s.get("name") for s in suites] == [f"bi_props.{PLANTED}", "bi_props.cpu"]
