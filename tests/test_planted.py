@@ -510,3 +510,25 @@ def test_strategies_file_max_examples_is_honoured(pytester, planted_on_path, tmp
     run = run_suite(pytester, "planted_correct", space, "-k", "mm-reference-disabled", profile=None)
     assert run.result.ret == pytest.ExitCode.OK, run.output
     assert run.report["examples"] == 3
+
+
+# -- the model-level property catches a planted bug in one op of a correct library ---------------
+
+
+@pytest.mark.slow
+def test_model_level_logprobs_catch_a_planted_op_bug(pytester, planted_on_path, tmp_path):
+    """planted_model_bug is bi_props's correct CPU library with one batch-variant op (silu above
+    512 elements): the probe model's logprobs alone vs in a batch must expose it, and the finding
+    must name the first diverging token and list silu among the ops the model used."""
+    space = tmp_path / "model.toml"
+    space.write_text(
+        '[hypothesis]\nmax_examples = 30\n[ops]\ninclude = ["probe_model"]\n'
+        "[attention]\nlength = { min = 1, max = 24 }\n"
+    )
+    run = run_suite(pytester, "planted_model_bug", space, "-k", "logprobs-enabled")
+    assert run.outcomes.get("test_property[probe_model-logprobs-enabled]") == "failed", run.output
+    (finding,) = [f for f in run.report["findings"] if f["property"] == "logprobs"]
+    assert finding["switch"] == "enabled" and finding["reproduced_in_fresh_process"] is True
+    assert "First mismatch at index" in finding["message"]
+    assert "first diverging token: position" in finding["message"]
+    assert "catalogue ops the model used" in finding["message"] and "silu" in finding["message"]

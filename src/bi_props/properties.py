@@ -83,11 +83,21 @@ def explain_model(verdict: Verdict, obs: Observation, covered: tuple[str, ...]) 
     if verdict.ok:
         return verdict
     used = obs.evidence.get("ops_used", [])
-    uncovered = sorted({ATEN_TO_OP[o] for o in used if o in ATEN_TO_OP} - set(covered))
+    catalogue_ops = sorted({ATEN_TO_OP[o] for o in used if o in ATEN_TO_OP})
+    uncovered = sorted(set(catalogue_ops) - set(covered))
     outside = [o for o in used if o.startswith("aten::") and o not in ATEN_TO_OP]
     outside = [o for o in outside if o not in ATEN_BENIGN]
-    extra = [
-        f"catalogue ops the model used that the target does not claim: {uncovered or 'none'}",
+    extra = []
+    alone, together = obs.calls.get("alone"), obs.calls.get("in_batch")
+    if alone and together and alone.outputs and together.outputs:
+        a, b = alone.outputs[0].bits, together.outputs[0].bits
+        if a is not None and b is not None and a.shape == b.shape and a.ndim >= 1:
+            rows = (a != b).reshape(a.shape[0], -1).any(axis=1).nonzero()[0]
+            if rows.size:
+                extra.append(f"first diverging token: position {int(rows[0])} of the needle")
+    extra += [
+        f"catalogue ops the model used: {catalogue_ops or 'none'}",
+        f"of which the target does not claim: {uncovered or 'none'}",
         f"other aten ops the model used (not in the catalogue): {outside or 'none'}",
     ]
     return Verdict(
