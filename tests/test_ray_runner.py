@@ -119,7 +119,7 @@ def test_ray_campaign_survives_a_killed_actor(local_ray, tmp_path: Path) -> None
 
     log = io.StringIO()
     campaign = RayCampaign(
-        [PLANTED], space, out, 30, seed=5, actors=2, log=log, on_dispatch=kill_once
+        [PLANTED], space, out, 120, seed=5, actors=2, log=log, on_dispatch=kill_once
     )
     status = campaign.run()
     text = log.getvalue()
