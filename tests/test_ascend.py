@@ -66,9 +66,26 @@ def caps(ascendc: bool, triton: bool, version: str | None = "0.23.0") -> Capabil
 
 
 VERSIONS = [
-    "0.13.0rc1", "0.13.0rc2", "0.13.0", "0.13.0.post1", "0.14.0.dev3", "0.14.0a1", "0.14.0b2",
-    "0.14.0rc1", "0.14.0", "0.15", "0.15.0.post2.dev1", "0.25.2.dev5+g1234abc", "0.26.0rc1",
-    "0.27.1rc1", "1.0", "1!0.1", "8.3.RC1", "9.2.0", "26.2.0", "2.10.0.post4",
+    "0.13.0rc1",
+    "0.13.0rc2",
+    "0.13.0",
+    "0.13.0.post1",
+    "0.14.0.dev3",
+    "0.14.0a1",
+    "0.14.0b2",
+    "0.14.0rc1",
+    "0.14.0",
+    "0.15",
+    "0.15.0.post2.dev1",
+    "0.25.2.dev5+g1234abc",
+    "0.26.0rc1",
+    "0.27.1rc1",
+    "1.0",
+    "1!0.1",
+    "8.3.RC1",
+    "9.2.0",
+    "26.2.0",
+    "2.10.0.post4",
 ]
 
 
@@ -109,8 +126,10 @@ def test_registrations_0_23_0_both_backends():
         ("aten::mm", "torch.ops.batch_invariant_ops.npu_mm_batch_invariant"),  # line 117
         ("aten::matmul", "torch.ops.batch_invariant_ops.npu_matmul_batch_invariant"),  # line 118
         ("aten::sum", "torch.ops.batch_invariant_ops.npu_reduce_sum_batch_invariant"),  # line 119
-        ("torch_npu.npu_fused_infer_attention_score",  # lines 122-124
-         "torch.ops.batch_invariant_ops.npu_fused_infer_attention_score_batch_invariant"),
+        (
+            "torch_npu.npu_fused_infer_attention_score",  # lines 122-124
+            "torch.ops.batch_invariant_ops.npu_fused_infer_attention_score_batch_invariant",
+        ),
         ("torch_npu.npu_add_rms_norm", f"{BI}.add_rms_norm"),  # line 126
         ("torch.sum", f"{BI}.reduce_sum"),  # line 128
     ]
@@ -133,11 +152,14 @@ def test_registrations_0_23_0_triton_only_and_neither():
 
 
 def test_version_dependent_registrations():
-    targets = {v: {r.target for r in registrations(caps(True, True, v))}
-               for v in ("0.14.0rc1", "0.15.0rc1", "0.18.0", "0.26.0rc1", "0.27.1rc1", "0.30.0rc2")}
+    targets = {
+        v: {r.target for r in registrations(caps(True, True, v))}
+        for v in ("0.14.0rc1", "0.15.0rc1", "0.18.0", "0.26.0rc1", "0.27.1rc1", "0.30.0rc2")
+    }
     # 0.13-0.14: Triton for everything, no AscendC branch; init needs Triton.
-    assert targets["0.14.0rc1"] == {f"aten::{op}" for op in ("mm", "addmm", "matmul", "linear",
-                                                             "bmm")}
+    assert targets["0.14.0rc1"] == {
+        f"aten::{op}" for op in ("mm", "addmm", "matmul", "linear", "bmm")
+    }
     assert not init_enables(caps(True, False, "0.14.0rc1"))
     assert init_enables(caps(True, False, ASCENDC_SINCE))
     # 0.15: AscendC mm/matmul/sum + attention swap; no softmax, no torch.sum / add_rms_norm swaps.
@@ -153,8 +175,17 @@ def test_version_dependent_registrations():
 
 def test_routing_table_ascendc_and_triton():
     table = routing_table(caps(True, True))
-    assert set(table) == {"mm", "matmul", "bmm", "addmm", "linear", "sum", "softmax",
-                          "add_rms_norm", "attention"}
+    assert set(table) == {
+        "mm",
+        "matmul",
+        "bmm",
+        "addmm",
+        "linear",
+        "sum",
+        "softmax",
+        "add_rms_norm",
+        "attention",
+    }
     assert table["mm"].events == (MM,) and table["mm"].backend == "ascendc"
     assert table["matmul"].events == (MATMUL,)
     assert table["sum"].events == (SUM,)
@@ -199,8 +230,10 @@ def test_routing_table_neither_claims_but_cannot_route():
 def test_routing_table_0_30_tensor_sum():
     table = routing_table(caps(True, True, "0.30.0rc2"))
     assert table["sum"].aten == ()
-    assert set(table["sum"].swaps) == {("torch.sum", f"{BI}.reduce_sum"),
-                                       ("torch.Tensor.sum", f"{BI}.reduce_sum")}
+    assert set(table["sum"].swaps) == {
+        ("torch.sum", f"{BI}.reduce_sum"),
+        ("torch.Tensor.sum", f"{BI}.reduce_sum"),
+    }
     assert table["sum"].events == (SUM,)
     assert any("last dim" in g for g in table["sum"].gaps)
 
@@ -224,8 +257,7 @@ def test_plan_switches():
 
 def test_identity_check_expectations():
     names = [c.name for c in evidence_checks(routing_table(caps(True, True))["sum"])]
-    assert names == ["aten::sum registered on NPU by vllm-ascend",
-                     f"torch.sum is {BI}.reduce_sum"]
+    assert names == ["aten::sum registered on NPU by vllm-ascend", f"torch.sum is {BI}.reduce_sum"]
     later = [c.name for c in evidence_checks(routing_table(caps(True, True, "0.30.0rc2"))["sum"])]
     assert f"torch.Tensor.sum is {BI}.reduce_sum" in later
     (fia,) = evidence_checks(routing_table(caps(True, True))["attention"])
@@ -241,14 +273,20 @@ def test_identity_check_expectations():
 
 def test_evaluate_checks():
     checks = evidence_checks(routing_table(caps(True, True))["sum"])
-    result = evaluate_checks(checks, registered={"aten/sum/NPU"}.__contains__,
-                             same=lambda a, b: a == "torch.sum", backend=True)
+    result = evaluate_checks(
+        checks,
+        registered={"aten/sum/NPU"}.__contains__,
+        same=lambda a, b: a == "torch.sum",
+        backend=True,
+    )
     assert all(result.values()) and len(result) == 2
-    off = evaluate_checks(checks, registered=lambda key: False, same=lambda a, b: False,
-                          backend=True)
+    off = evaluate_checks(
+        checks, registered=lambda key: False, same=lambda a, b: False, backend=True
+    )
     assert not any(off.values())
-    assert evaluate_checks([CANN_CHECK], registered=bool, same=bool, backend=True,
-                           cann_level=3) == {CANN_CHECK.name: True}
+    assert evaluate_checks(
+        [CANN_CHECK], registered=bool, same=bool, backend=True, cann_level=3
+    ) == {CANN_CHECK.name: True}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -280,14 +318,23 @@ def test_interpret_profiler_disabled_needs_zero_kernel_events():
 
 def _hello(c: Capabilities, switch: str) -> Hello:
     p = plan(c, "vllm", tuple(OPS))
-    return Hello("ascend", switch, "ready", device="npu", kernel_prefix=KERNEL_PREFIX,
-                 covered=p.covered, entries=dict(ENTRIES), routes=p.routes())
+    return Hello(
+        "ascend",
+        switch,
+        "ready",
+        device="npu",
+        kernel_prefix=KERNEL_PREFIX,
+        covered=p.covered,
+        entries=dict(ENTRIES),
+        routes=p.routes(),
+    )
 
 
 def _observation(switch: str, events: list[str], identity: dict[str, bool], active: bool):
     call = Call(outputs=(), events=tuple(events))
-    return Observation("routing", switch, {"op": call},
-                       evidence={"identity": identity, "active": active})
+    return Observation(
+        "routing", switch, {"op": call}, evidence={"identity": identity, "active": active}
+    )
 
 
 def test_routing_property_passes_on_a_routed_call():
@@ -329,8 +376,9 @@ def test_classify_import_failures():
     no_vllm = ModuleNotFoundError("No module named 'vllm'", name="vllm")
     probe = classify_import_failure("vllm_ascend", "vllm_ascend.batch_invariant", no_vllm)
     assert (probe.piece, probe.state) == ("vllm", "missing")
-    old = ModuleNotFoundError("No module named 'vllm_ascend.batch_invariant'",
-                              name="vllm_ascend.batch_invariant")
+    old = ModuleNotFoundError(
+        "No module named 'vllm_ascend.batch_invariant'", name="vllm_ascend.batch_invariant"
+    )
     probe = classify_import_failure("vllm_ascend", "vllm_ascend.batch_invariant", old)
     assert (probe.piece, probe.state) == ("batch_invariant", "missing")
     crash = RuntimeError("ACL error 507033")
@@ -339,14 +387,22 @@ def test_classify_import_failures():
 
 
 def test_assess_names_each_missing_piece_with_install_hints():
-    state, message = assess([Probe("npu_device", "ok"),
-                             Probe("vllm_ascend", "missing", "import vllm_ascend: not found"),
-                             Probe("batch_invariant_ops", "missing", "not found")])
+    state, message = assess(
+        [
+            Probe("npu_device", "ok"),
+            Probe("vllm_ascend", "missing", "import vllm_ascend: not found"),
+            Probe("batch_invariant_ops", "missing", "not found"),
+        ]
+    )
     assert state == "missing"
     assert "vllm_ascend" in message and "pip install vllm-ascend" in message
     assert ".run installer" in message and "BI_PROPS_ASCEND_BACKEND=auto" in message
-    state, message = assess([Probe("batch_invariant_ops", "broken", "fails to import: X"),
-                             Probe("npu_device", "missing", "no device")])
+    state, message = assess(
+        [
+            Probe("batch_invariant_ops", "broken", "fails to import: X"),
+            Probe("npu_device", "missing", "no device"),
+        ]
+    )
     assert state == "broken" and "fails to import: X" in message and "npu_device" in message
     assert assess([Probe("torch_npu", "ok")]) == ("ready", "")
 
@@ -361,8 +417,13 @@ def test_check_here_raises_target_missing_naming_torch_npu():
 
 def test_requirements_are_versioned():
     symbols = {r.symbol for r in requirements_for("0.23.0")}
-    assert {"init_batch_invariance", "HAS_ASCENDC_BATCH_INVARIANT", "reduce_sum",
-            "get_ascend_config", "_batch_invariant_LIB"} <= symbols
+    assert {
+        "init_batch_invariance",
+        "HAS_ASCENDC_BATCH_INVARIANT",
+        "reduce_sum",
+        "get_ascend_config",
+        "_batch_invariant_LIB",
+    } <= symbols
     old = {r.symbol for r in requirements_for("0.14.0rc1")}
     assert "HAS_ASCENDC_BATCH_INVARIANT" not in old and "get_ascend_config" not in old
     assert len({(r.module, r.symbol) for r in REQUIREMENTS}) == len(REQUIREMENTS)
@@ -524,8 +585,7 @@ VARIANTS = {
     "half_installed": {"enabled": True, "has_ascendc": False},
     "name_clash": {"enabled": True, "custom_ops": False},
     "no_package": {"enabled": True, "package": False, "has_ascendc": False},
-    "no_package_auto": {"enabled": True, "package": False, "has_ascendc": False,
-                        "backend": "auto"},
+    "no_package_auto": {"enabled": True, "package": False, "has_ascendc": False, "backend": "auto"},
     "cann_on": {"enabled": True, "switch": "cann", "set_level": True},
     "cann_off": {"enabled": False, "switch": "cann", "set_level": True},
     "cann_missing": {"enabled": True, "switch": "cann"},
@@ -536,8 +596,12 @@ VARIANTS = {
 def fake() -> dict:
     if not hasattr(os, "fork"):
         pytest.skip("the stand-in stack runs its variants in forked children (POSIX only)")
-    done = subprocess.run([sys.executable, "-c", _FAKE_STACK, json.dumps(VARIANTS)],
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", _FAKE_STACK, json.dumps(VARIANTS)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr
     results = json.loads(done.stdout.strip().splitlines()[-1])
     for name, result in results.items():
@@ -554,8 +618,10 @@ def test_adapter_enabled_on_a_stand_in_stack(fake):
     assert out["configs"] == [{"weight_nz_mode": 1, "enable_matmul_allreduce": False}]
     assert out["restored"] is True
     assert out["evidence"]["mm"] == {"aten::mm registered on NPU by vllm-ascend": True}
-    assert out["evidence"]["sum"] == {"aten::sum registered on NPU by vllm-ascend": True,
-                                      f"torch.sum is {BI}.reduce_sum": True}
+    assert out["evidence"]["sum"] == {
+        "aten::sum registered on NPU by vllm-ascend": True,
+        f"torch.sum is {BI}.reduce_sum": True,
+    }
     assert all(out["evidence"]["attention"].values())
     assert all(out["evidence"]["add_rms_norm"].values())
     assert out["environment"]["ascend_HAS_ASCENDC_BATCH_INVARIANT"] == "True"

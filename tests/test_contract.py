@@ -43,8 +43,13 @@ def vllm_ascend_src(tmp_path_factory) -> Path:
     target = tmp_path_factory.mktemp("vllm_ascend_0.23.0")
     env = {**os.environ, "PYTHON": sys.executable}
     try:
-        done = subprocess.run(["bash", str(FETCH), str(target), "0.23.0"], capture_output=True,
-                              text=True, timeout=600, env=env)
+        done = subprocess.run(
+            ["bash", str(FETCH), str(target), "0.23.0"],
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=env,
+        )
     except subprocess.TimeoutExpired:
         pytest.fail("downloading vllm-ascend 0.23.0 from PyPI timed out")
     if done.returncode != 0:
@@ -75,10 +80,14 @@ def test_real_wheel_registrations_are_the_routing_table(vllm_ascend_src):
     counts = {}
     for ascendc in (True, False):
         for triton in (True, False):
-            found = [(r.target, r.implementation)
-                     for r in source_registrations(vllm_ascend_src, ascendc, triton)]
-            table = [(r.target, r.implementation)
-                     for r in registrations(Capabilities(ascendc, triton, version))]
+            found = [
+                (r.target, r.implementation)
+                for r in source_registrations(vllm_ascend_src, ascendc, triton)
+            ]
+            table = [
+                (r.target, r.implementation)
+                for r in registrations(Capabilities(ascendc, triton, version))
+            ]
             assert sorted(found) == sorted(table)
             counts[ascendc, triton] = len(found)
     if version == "0.23.0":
@@ -207,8 +216,11 @@ def write_tree(root: Path, **changes: tuple[str, str] | str | None) -> Path:
     """The GOOD tree with ``changes``: file -> None (delete), text, or (old, new) replacement."""
     files = {name: textwrap.dedent(text) for name, text in GOOD.items()}
     for key, change in changes.items():
-        name = {"bi": BI_FILE, "config": "vllm_ascend/ascend_config.py",
-                "attention": "vllm_ascend/attention/backend.py"}.get(key, key)
+        name = {
+            "bi": BI_FILE,
+            "config": "vllm_ascend/ascend_config.py",
+            "attention": "vllm_ascend/attention/backend.py",
+        }.get(key, key)
         if change is None:
             files.pop(name)
         elif isinstance(change, tuple):
@@ -243,31 +255,47 @@ def test_missing_init_batch_invariance(tmp_path):
 
 
 def test_changed_signature_of_init(tmp_path):
-    tree = write_tree(tmp_path, bi=("def init_batch_invariance():",
-                                    "def init_batch_invariance(vllm_config):"))
+    tree = write_tree(
+        tmp_path, bi=("def init_batch_invariance():", "def init_batch_invariance(vllm_config):")
+    )
     problem = only(check_contract(tree))
     assert (problem.file, problem.symbol) == (BI_FILE, "init_batch_invariance")
     assert "vllm_config" in problem.message and "the adapter calls ()" in problem.message
 
 
 def test_renamed_parameter_of_add_rms_norm(tmp_path):
-    tree = write_tree(tmp_path, bi=("def add_rms_norm(x, residual, weight, eps):",
-                                    "def add_rms_norm(x, residual, gamma, eps):"))
+    tree = write_tree(
+        tmp_path,
+        bi=(
+            "def add_rms_norm(x, residual, weight, eps):",
+            "def add_rms_norm(x, residual, gamma, eps):",
+        ),
+    )
     problem = only(check_contract(tree))
     assert problem.symbol == "add_rms_norm"
     assert "(x, residual, weight, eps)" in problem.message and "gamma" in problem.message
 
 
 def test_changed_default_of_reduce_sum(tmp_path):
-    tree = write_tree(tmp_path, bi=("def reduce_sum(x, dim=None, keepdim=False):",
-                                    "def reduce_sum(x, dim=-1, keepdim=False):"))
+    tree = write_tree(
+        tmp_path,
+        bi=(
+            "def reduce_sum(x, dim=None, keepdim=False):",
+            "def reduce_sum(x, dim=-1, keepdim=False):",
+        ),
+    )
     problem = only(check_contract(tree))
     assert problem.symbol == "reduce_sum" and "default of 'dim' changed" in problem.message
 
 
 def test_extra_optional_parameters_are_accepted(tmp_path):
-    tree = write_tree(tmp_path, bi=("def reduce_sum(x, dim=None, keepdim=False):",
-                                    "def reduce_sum(x, dim=None, keepdim=False, *, dtype=None):"))
+    tree = write_tree(
+        tmp_path,
+        bi=(
+            "def reduce_sum(x, dim=None, keepdim=False):",
+            "def reduce_sum(x, dim=None, keepdim=False, *, dtype=None):",
+        ),
+    )
     assert check_contract(tree) == []
 
 
@@ -278,11 +306,14 @@ def test_missing_capability_flag(tmp_path):
 
 
 def test_registration_drift_is_reported(tmp_path):
-    tree = write_tree(tmp_path, bi=(
-        "        torch.sum = reduce_sum\n",
-        "        torch.sum = reduce_sum\n"
-        "        _batch_invariant_LIB.impl('aten::linear', linear_batch_invariant, 'NPU')\n",
-    ))
+    tree = write_tree(
+        tmp_path,
+        bi=(
+            "        torch.sum = reduce_sum\n",
+            "        torch.sum = reduce_sum\n"
+            "        _batch_invariant_LIB.impl('aten::linear', linear_batch_invariant, 'NPU')\n",
+        ),
+    )
     problems = [p for p in check_contract(tree) if p.symbol == "enable_batch_invariant_mode"]
     assert problems and all("aten::linear" in p.message for p in problems)
     assert any("HAS_ASCENDC_BATCH_INVARIANT=True, HAS_TRITON=True" in p.message for p in problems)
@@ -295,8 +326,13 @@ def test_removed_registration_is_reported(tmp_path):
 
 
 def test_other_dispatch_key_is_reported(tmp_path):
-    tree = write_tree(tmp_path, bi=('"aten::bmm", bmm_batch_invariant, "NPU"',
-                                    '"aten::bmm", bmm_batch_invariant, "PrivateUse1"'))
+    tree = write_tree(
+        tmp_path,
+        bi=(
+            '"aten::bmm", bmm_batch_invariant, "NPU"',
+            '"aten::bmm", bmm_batch_invariant, "PrivateUse1"',
+        ),
+    )
     assert any("'PrivateUse1'" in p.message for p in check_contract(tree))
 
 
@@ -307,22 +343,29 @@ def test_init_that_ignores_the_switch_is_reported(tmp_path):
 
 
 def test_uninterpretable_condition_is_reported(tmp_path):
-    tree = write_tree(tmp_path, bi=("    if HAS_TRITON:\n        _batch",
-                                    "    if some_probe():\n        _batch"))
+    tree = write_tree(
+        tmp_path, bi=("    if HAS_TRITON:\n        _batch", "    if some_probe():\n        _batch")
+    )
     assert any("cannot interpret" in p.message for p in check_contract(tree))
 
 
 def test_config_getter_from_elsewhere_is_reported(tmp_path):
-    tree = write_tree(tmp_path, bi=("from vllm_ascend.ascend_config import get_ascend_config",
-                                    "from vllm_ascend.config import get_ascend_config"))
+    tree = write_tree(
+        tmp_path,
+        bi=(
+            "from vllm_ascend.ascend_config import get_ascend_config",
+            "from vllm_ascend.config import get_ascend_config",
+        ),
+    )
     problem = only(check_contract(tree))
     assert problem.symbol == "override_envs_for_invariance"
     assert "vllm_ascend.config.get_ascend_config" in problem.message
 
 
 def test_config_attribute_outside_the_stand_in_is_reported(tmp_path):
-    tree = write_tree(tmp_path, bi=("config.weight_nz_mode = 0",
-                                    "config.weight_nz_mode = config.nz_default"))
+    tree = write_tree(
+        tmp_path, bi=("config.weight_nz_mode = 0", "config.weight_nz_mode = config.nz_default")
+    )
     problem = only(check_contract(tree))
     assert "'nz_default'" in problem.message
 
@@ -358,7 +401,9 @@ def test_no_package_and_unknown_version(tmp_path):
 
 def test_older_version_has_fewer_requirements(tmp_path):
     """A 0.14-style tree: no AscendC flag, Triton registrations only, init gated on Triton."""
-    tree = write_tree(tmp_path / "old", bi="""
+    tree = write_tree(
+        tmp_path / "old",
+        bi="""
         import torch
         from vllm.model_executor.layers.batch_invariant import vllm_is_batch_invariant
         from vllm.triton_utils import HAS_TRITON
@@ -385,10 +430,12 @@ def test_older_version_has_fewer_requirements(tmp_path):
                 if HAS_TRITON:
                     override_envs_for_invariance()
                     enable_batch_invariant_mode()
-    """)
+    """,
+    )
     assert check_contract(tree, version="0.14.0rc1") == []
-    assert any(p.symbol == "HAS_ASCENDC_BATCH_INVARIANT"
-               for p in check_contract(tree, version="0.23.0"))
+    assert any(
+        p.symbol == "HAS_ASCENDC_BATCH_INVARIANT" for p in check_contract(tree, version="0.23.0")
+    )
 
 
 def test_check_installed_finds_without_importing(tmp_path, monkeypatch):

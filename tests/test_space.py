@@ -10,6 +10,7 @@ import pytest
 from bi_props.case import DTYPES, LAYOUTS, VALUE_CLASSES
 from bi_props.catalogue import OPS
 from bi_props.space import (
+    DEFAULT_OPS,
     PROFILES,
     Extent,
     Space,
@@ -71,7 +72,7 @@ def test_load_profile_unknown_name():
 def test_parse_fills_defaults():
     space = parse({}, "mem.toml", "mine")
     assert space == Space(source="mem.toml", profile="mine")
-    assert space.ops == tuple(OPS)
+    assert space.ops == DEFAULT_OPS and "engine" not in space.ops  # engine is opt-in
     assert space.dtypes == DTYPES and space.layouts == LAYOUTS and space.values == VALUE_CLASSES
     assert space.rows == Extent(1, 600) and space.dim == Extent(0, 256)
     assert space.max_examples == 50 and space.database == "directory"

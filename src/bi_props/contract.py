@@ -202,12 +202,14 @@ def _signature_problem(fn: ast.FunctionDef | ast.AsyncFunctionDef, wanted: str) 
     """Why ``fn`` does not accept the call described by the parameter list ``wanted``."""
     spec = ast.parse(f"def _{wanted}: pass").body[0].args  # type: ignore[attr-defined]
     want = [*spec.posonlyargs, *spec.args]
-    want_defaults = dict(zip([a.arg for a in want][len(want) - len(spec.defaults):],
-                             spec.defaults, strict=True))
+    want_defaults = dict(
+        zip([a.arg for a in want][len(want) - len(spec.defaults) :], spec.defaults, strict=True)
+    )
     args = fn.args
     have = [*args.posonlyargs, *args.args]
-    have_defaults = dict(zip([a.arg for a in have][len(have) - len(args.defaults):],
-                             args.defaults, strict=True))
+    have_defaults = dict(
+        zip([a.arg for a in have][len(have) - len(args.defaults) :], args.defaults, strict=True)
+    )
     found = _signature_text(fn)
     if [a.arg for a in have[: len(want)]] != [a.arg for a in want]:
         if len(have) < len(want) and args.vararg is not None:
@@ -217,8 +219,8 @@ def _signature_problem(fn: ast.FunctionDef | ast.AsyncFunctionDef, wanted: str) 
         if name not in have_defaults:
             return f"{name!r} has no default: the adapter relies on {wanted}, found {found}"
         if ast.dump(have_defaults[name]) != ast.dump(default):
-            return (f"default of {name!r} changed: the adapter relies on {wanted}, found {found}")
-    extra = [a.arg for a in have[len(want):] if a.arg not in have_defaults]
+            return f"default of {name!r} changed: the adapter relies on {wanted}, found {found}"
+    extra = [a.arg for a in have[len(want) :] if a.arg not in have_defaults]
     extra += [a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True) if d is None]
     if extra:
         return f"new required parameters {extra}: the adapter calls {wanted}, found {found}"
@@ -323,8 +325,11 @@ def _check_requirement(tree: _Tree, req: Requirement) -> Problem | None:
         return Problem(module.file, req.symbol, f"{module.message} (needed: {req.why})")
     if req.kind == "name":
         if req.symbol not in module.names:
-            return Problem(module.display, req.symbol,
-                           f"not assigned or imported at module level (needed: {req.why})")
+            return Problem(
+                module.display,
+                req.symbol,
+                f"not assigned or imported at module level (needed: {req.why})",
+            )
         return None
     fn = module.functions.get(req.symbol)
     if fn is None:
@@ -355,29 +360,46 @@ def _check_registrations(tree: _Tree, version: str | None) -> list[Problem]:
             try:
                 effects = list(_effects(enable.body, env, module))
             except _Unknown as exc:
-                problems.append(Problem(module.display, ENABLE.symbol,
-                                        f"cannot interpret the condition `{exc}`"))
+                problems.append(
+                    Problem(
+                        module.display, ENABLE.symbol, f"cannot interpret the condition `{exc}`"
+                    )
+                )
                 break
             found = set()
             for e in effects:
                 if e.kind == "impl":
                     found.add((e.target, e.value))
                     if e.key != DISPATCH_KEY:
-                        problems.append(Problem(
-                            module.display, ENABLE.symbol,
-                            f"{e.target} is registered on dispatch key {e.key!r}, the adapter"
-                            f" expects {DISPATCH_KEY!r}"))
+                        problems.append(
+                            Problem(
+                                module.display,
+                                ENABLE.symbol,
+                                f"{e.target} is registered on dispatch key {e.key!r}, the adapter"
+                                f" expects {DISPATCH_KEY!r}",
+                            )
+                        )
                 elif e.kind == "swap":
                     found.add((e.target, e.value))
             for target, value in sorted(found - expected):
-                problems.append(Problem(module.display, ENABLE.symbol,
-                                        f"with {label} the source installs {target} -> {value};"
-                                        f" the adapter's routing table for {version} does not"))
+                problems.append(
+                    Problem(
+                        module.display,
+                        ENABLE.symbol,
+                        f"with {label} the source installs {target} -> {value};"
+                        f" the adapter's routing table for {version} does not",
+                    )
+                )
             for target, value in sorted(expected - found):
-                problems.append(Problem(module.display, ENABLE.symbol,
-                                        f"with {label} the adapter's routing table for {version}"
-                                        f" expects {target} -> {value}; the source does not"
-                                        f" install it"))
+                problems.append(
+                    Problem(
+                        module.display,
+                        ENABLE.symbol,
+                        f"with {label} the adapter's routing table for {version}"
+                        f" expects {target} -> {value}; the source does not"
+                        f" install it",
+                    )
+                )
         if init is not None:
             problems += _check_init(module, init, env, init_enables(caps), label)
     for implementation in sorted(implementations):
@@ -385,25 +407,43 @@ def _check_registrations(tree: _Tree, version: str | None) -> list[Problem]:
     return problems
 
 
-def _check_init(module: _Module, init: ast.FunctionDef | ast.AsyncFunctionDef,
-                env: dict[str, bool], enables: bool, label: str) -> list[Problem]:
+def _check_init(
+    module: _Module,
+    init: ast.FunctionDef | ast.AsyncFunctionDef,
+    env: dict[str, bool],
+    enables: bool,
+    label: str,
+) -> list[Problem]:
     problems = []
     for switch in (True, False):
         try:
-            calls = {e.target for e in _effects(init.body, {**env, "switch": switch}, module)
-                     if e.kind == "call"}
+            calls = {
+                e.target
+                for e in _effects(init.body, {**env, "switch": switch}, module)
+                if e.kind == "call"
+            }
         except _Unknown as exc:
             return [Problem(module.display, INIT.symbol, f"cannot interpret the condition `{exc}`")]
         want = enables and switch
         if (ENABLE.symbol in calls) != want:
             state = "on" if switch else "off"
-            problems.append(Problem(
-                module.display, INIT.symbol,
-                f"with the switch {state} and {label} it {'calls' if not want else 'does not call'}"
-                f" {ENABLE.symbol}(); the adapter expects {'a call' if want else 'none'}"))
+            problems.append(
+                Problem(
+                    module.display,
+                    INIT.symbol,
+                    f"with the switch {state} and {label} it "
+                    f"{'calls' if not want else 'does not call'} {ENABLE.symbol}(); the adapter "
+                    f"expects {'a call' if want else 'none'}",
+                )
+            )
         if want and OVERRIDE.symbol not in calls:
-            problems.append(Problem(module.display, INIT.symbol,
-                                    f"with {label} it no longer calls {OVERRIDE.symbol}()"))
+            problems.append(
+                Problem(
+                    module.display,
+                    INIT.symbol,
+                    f"with {label} it no longer calls {OVERRIDE.symbol}()",
+                )
+            )
     return problems
 
 
@@ -436,27 +476,47 @@ def _check_config_use(tree: _Tree) -> list[Problem]:
     configs: set[str] = set()
     calls_getter = False
     for node in ast.walk(fn):
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
-                and node.func.id == GET_CONFIG.symbol:
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id == GET_CONFIG.symbol
+        ):
             calls_getter = True
-        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Call) \
-                and isinstance(node.value.func, ast.Name) \
-                and node.value.func.id == GET_CONFIG.symbol:
+        if (
+            isinstance(node, ast.Assign)
+            and isinstance(node.value, ast.Call)
+            and isinstance(node.value.func, ast.Name)
+            and node.value.func.id == GET_CONFIG.symbol
+        ):
             configs |= _assigned_names(node)
     if not calls_getter:
         return []
     problems = []
     origin = local.get(GET_CONFIG.symbol) or module.aliases.get(GET_CONFIG.symbol)
     if origin != f"{CONFIG_MODULE}.{GET_CONFIG.symbol}":
-        problems.append(Problem(module.display, OVERRIDE.symbol,
-                                f"calls {GET_CONFIG.symbol}() from {origin or 'nowhere known'};"
-                                f" the adapter patches {CONFIG_MODULE}.{GET_CONFIG.symbol}"))
+        problems.append(
+            Problem(
+                module.display,
+                OVERRIDE.symbol,
+                f"calls {GET_CONFIG.symbol}() from {origin or 'nowhere known'};"
+                f" the adapter patches {CONFIG_MODULE}.{GET_CONFIG.symbol}",
+            )
+        )
     for node in ast.walk(fn):
-        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
-                and node.value.id in configs and node.attr not in STANDIN_CONFIG:
-            problems.append(Problem(module.display, OVERRIDE.symbol,
-                                    f"touches config attribute {node.attr!r}; the adapter's"
-                                    f" stand-in models only {sorted(STANDIN_CONFIG)}"))
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id in configs
+            and node.attr not in STANDIN_CONFIG
+        ):
+            problems.append(
+                Problem(
+                    module.display,
+                    OVERRIDE.symbol,
+                    f"touches config attribute {node.attr!r}; the adapter's"
+                    f" stand-in models only {sorted(STANDIN_CONFIG)}",
+                )
+            )
     return problems
 
 
@@ -477,15 +537,23 @@ def _check_attention_keywords(pkg: Path) -> list[Problem]:
         except (SyntaxError, UnicodeDecodeError):
             continue
         for node in ast.walk(tree):
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
-                    and node.func.attr == FIA:
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == FIA
+            ):
                 keywords = {k.arg for k in node.keywords if k.arg}
                 if want <= keywords:
                     return []
                 best = max(best, (len(want & keywords), f"{path.name}:{node.lineno}"))
     where = f"; closest: {best[1]}" if best[1] else "; no call found"
-    return [Problem(f"{PACKAGE}/attention", FIA,
-                    f"no call of torch_npu.{FIA} passes all of {sorted(want)}{where}")]
+    return [
+        Problem(
+            f"{PACKAGE}/attention",
+            FIA,
+            f"no call of torch_npu.{FIA} passes all of {sorted(want)}{where}",
+        )
+    ]
 
 
 def check_contract(source_root: Path, version: str | None = None) -> list[Problem]:
@@ -497,13 +565,23 @@ def check_contract(source_root: Path, version: str | None = None) -> list[Proble
     """
     pkg = package_dir(Path(source_root))
     if pkg is None:
-        return [Problem(str(source_root), PACKAGE,
-                        "no vllm_ascend package here (expected vllm_ascend/batch_invariant.py)")]
+        return [
+            Problem(
+                str(source_root),
+                PACKAGE,
+                "no vllm_ascend package here (expected vllm_ascend/batch_invariant.py)",
+            )
+        ]
     problems: list[Problem] = []
     version = version or read_version(pkg)
     if version is None:
-        problems.append(Problem(f"{PACKAGE}/_version.py", "__version__",
-                                f"version unknown: checked as {REFERENCE_VERSION}"))
+        problems.append(
+            Problem(
+                f"{PACKAGE}/_version.py",
+                "__version__",
+                f"version unknown: checked as {REFERENCE_VERSION}",
+            )
+        )
     tree = _Tree(pkg)
     for req in requirements_for(version):
         problem = _check_requirement(tree, req)
@@ -526,8 +604,11 @@ def source_registrations(source_root: Path, ascendc: bool, triton: bool) -> list
         raise FileNotFoundError(str(module))
     enable = module.functions[ENABLE.symbol]
     env = {HAS_ASCENDC.symbol: ascendc, HAS_TRITON.symbol: triton, "switch": True}
-    return [Registration(e.target, e.value, "") for e in _effects(enable.body, env, module)
-            if e.kind in ("impl", "swap")]
+    return [
+        Registration(e.target, e.value, "")
+        for e in _effects(enable.body, env, module)
+        if e.kind in ("impl", "swap")
+    ]
 
 
 def check_installed() -> list[Problem] | None:

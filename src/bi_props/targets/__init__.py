@@ -14,6 +14,7 @@ BUILTIN = {
     "cpu": "bi_props.targets.cpu:CpuTarget",
     "ascend": "bi_props.targets.ascend:AscendTarget",
     "vllm": "bi_props.targets.vllm:VllmTarget",
+    "vllm-engine": "bi_props.targets.vllm_engine:VllmEngineTarget",
 }
 
 

