@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
@@ -66,6 +66,8 @@ def run_slice(session: Session, cell: Cell, examples: int, database, seed: int |
         derandomize=False,
         print_blob=False,
         suppress_health_check=list(HealthCheck),
+        # no explain phase: it replays the failure many times (a crash: a worker restart each)
+        phases=[phase for phase in Phase if phase != Phase.explain],
     )
     @given(data=st.data())
     def slice_test(data):

@@ -283,7 +283,11 @@ class Session:
             return not judge(self.runner.observe(prop, case, "disabled")).ok
 
         key = f"bi_props:control:{self.target}:{op}:{prop}".encode()
-        budget = settings(settings(), max_examples=self.space.control_examples)
+        budget = settings(
+            settings(),
+            max_examples=self.space.control_examples,
+            deadline=None,  # a first example may start a worker; timing belongs to benchmarks
+        )
         try:
             minimal = find(strategy, variant, settings=budget, database_key=key)
         except NoSuchExample:
