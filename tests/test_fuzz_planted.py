@@ -26,7 +26,7 @@ max_examples = 10
 [runner]
 example_timeout_s = 3
 start_timeout_s = 120
-control_examples = 20
+control_examples = 100
 [ops]
 include = ["mm"]
 [shapes]
