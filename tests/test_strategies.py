@@ -17,7 +17,6 @@ from bi_props.strategies import (
     _VALUES_FOR,
     BATCHED,
     PROPERTIES,
-    applicable,
     boundary_values,
     cases,
 )
@@ -249,16 +248,6 @@ def test_exact_falls_back_to_general_when_unsound():
         "small_k",
     )
     assert find(cases(small, "mm", "reference"), lambda c: True, settings=FIND).values == "exact"
-
-
-def test_applicable():
-    space = parse({"ops": {"include": ["mm", "sum"]}}, "x.toml", "x")
-    assert applicable("mm", "reference", space)
-    assert not applicable("softmax", "reference", space)
-    assert not applicable("mm", "speed", space)
-    for op, info in OPS.items():
-        for prop in PROPERTIES:
-            assert applicable(op, prop, space) == (op in ("mm", "sum") and prop in info.properties)
 
 
 # ---------------------------------------------------------------------------------------------

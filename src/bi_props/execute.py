@@ -78,7 +78,21 @@ def observe_batch_invariance(
 
 
 def observe_logprobs(case: Case, target: Target) -> dict[str, Any]:
-    """The probe model's per-token logprobs: the needle alone and inside the batch."""
+    """The probe model's per-token logprobs: the needle alone and inside the batch. Only when they
+    differ is the batch run again under the profiler, to name the ops the model used: passing
+    examples (the hot path) never pay for a profiler window."""
+    observed = observe_batch_invariance(case, target)
+    alone, together = observed["calls"]["alone"], observed["calls"]["in_batch"]
+    same = (
+        alone.outputs is not None
+        and together.outputs is not None
+        and all(
+            a.bits is not None and b.bits is not None and a.bits.tobytes() == b.bits.tobytes()
+            for a, b in zip(alone.outputs, together.outputs, strict=False)
+        )
+    )
+    if same or alone.raised or together.raised:
+        return observed
     return observe_batch_invariance(case, target, profile_ops=True)
 
 

@@ -674,36 +674,11 @@ class RayCampaign:
         )
 
 
-def run_ray_campaign(
-    targets: list[str],
-    space: Space,
-    out: Path,
-    budget_s: float,
-    *,
-    seed: int | None = None,
-    resume: bool = False,
-    address: str | None = None,
-    actors: int | None = None,
-    device: str = "auto",
-    log: TextIO = sys.stderr,
-    known: list | None = None,
-) -> int:
+def run_ray_campaign(*args, log: TextIO = sys.stderr, **kwargs) -> int:
     """``bi-props fuzz --ray``: a campaign whose cells run on Ray actors."""
     try:
         import ray  # noqa: F401
     except ImportError:
         print("bi-props: --ray needs Ray: pip install 'bi_props[ray]' (ray>=2.9)", file=sys.stderr)
         return 2
-    return RayCampaign(
-        targets,
-        space,
-        out,
-        budget_s,
-        seed=seed,
-        resume=resume,
-        address=address,
-        actors=actors,
-        device=device,
-        log=log,
-        known=known,
-    ).run()
+    return RayCampaign(*args, log=log, **kwargs).run()

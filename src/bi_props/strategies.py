@@ -248,9 +248,4 @@ def cases(
     return case
 
 
-def applicable(op: str, prop: str, space: Space) -> bool:
-    """Whether a (op, property) pair has anything to test under this space."""
-    return op in space.ops and prop in OPS[op].properties
-
-
-__all__ = ["PROPERTIES", "applicable", "boundary_values", "cases", "extents", "out_dtype"]
+__all__ = ["PROPERTIES", "boundary_values", "cases", "extents", "out_dtype"]
