@@ -91,19 +91,55 @@ def test_worker_is_reused_across_examples(probe_runner: Runner, probe_file: Path
     assert hello.pid > 0 and hello.pid != os.getpid()
     assert hello.covered == ("mm",)
     assert hello.kernel_prefix == "planted_probe::"
+    assert hello.forkable, hello.fork_note  # a CPU library whose loading starts no thread
 
     for i in range(20):
         case = mm_case(m=1 + i, k=i % 7, n=1 + i % 3, seed=i)
         observation = probe_runner.observe("reference", case, "enabled")
         assert properties.reference(observation).ok, properties.reference(observation).message
 
-    assert probe_runner.starts == 1
+    assert (probe_runner.starts, probe_runner.forks) == (1, 1)
     assert probe_runner.examples == 20
     assert probe_runner.hello("enabled").pid == hello.pid
     lines = probe_lines(probe_file)
     assert [line["event"] for line in lines] == ["enable"] + ["mm"] * 20
-    assert {line["pid"] for line in lines} == {hello.pid}  # one import of the target, 20 calls
+    # One import of the target (in the fork server), 20 calls in one serving child.
+    assert lines[0]["pid"] != hello.pid
+    assert {line["pid"] for line in lines[1:]} == {hello.pid}
     assert [line["rows"] for line in lines[1:]] == list(range(1, 21))
+
+
+def test_without_forking_one_spawned_process_loads_and_serves(probe_file: Path):
+    env = {"BI_PLANTED_PROBE": str(probe_file)}
+    with running("planted_probe", extra_env=env, fork=False) as runner:
+        hello = runner.hello("enabled")
+        for i in range(5):
+            runner.observe("reference", mm_case(m=1 + i, seed=i), "enabled")
+        assert (runner.starts, runner.forks) == (1, 0)
+    lines = probe_lines(probe_file)
+    assert [line["event"] for line in lines] == ["enable"] + ["mm"] * 5
+    assert {line["pid"] for line in lines} == {hello.pid}
+
+
+def test_forking_is_refused_where_the_environment_says_so(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("BI_PROPS_FORK", "0")
+    with running("planted_correct") as runner:
+        hello = runner.hello("enabled")
+        assert not hello.forkable and "BI_PROPS_FORK=0" in hello.fork_note
+        runner.observe("reference", mm_case(), "enabled")
+        assert (runner.starts, runner.forks) == (1, 0)
+
+
+def test_a_target_that_starts_threads_while_loading_is_not_forked():
+    """A forked copy of a process with thread pools would hang in its first parallel region
+    (and the hang would be reported as a finding): such targets get spawned workers."""
+    with running("planted_threads") as runner:
+        hello = runner.hello("enabled")
+        assert hello.status == "ready", hello.message
+        assert not hello.forkable
+        assert "started 1 thread(s)" in hello.fork_note
+        assert properties.reference(runner.observe("reference", mm_case(), "enabled")).ok
+        assert (runner.starts, runner.forks) == (1, 0)
 
 
 def test_worker_imports_neither_hypothesis_nor_pytest(probe_runner: Runner, probe_file: Path):
@@ -120,18 +156,28 @@ def test_worker_imports_neither_hypothesis_nor_pytest(probe_runner: Runner, prob
         assert line["pytest"] is False, line
 
 
-# -- crashes and hangs --------------------------------------------------------------------------
+# -- crashes and hangs (forked serving processes, and spawned ones) ----------------------------
+
+
+@pytest.fixture(params=[True, False], ids=["forked", "spawned"])
+def fork(request: pytest.FixtureRequest) -> bool:
+    return request.param
+
+
+def replacements(runner: Runner) -> int:
+    """Serving processes started: forks where forking, else interpreter starts."""
+    return runner.forks if runner.fork else runner.starts
 
 
 @pytest.fixture
-def crash_runner() -> Iterator[Runner]:
-    with running("planted_crash", example_timeout_s=60) as runner:
+def crash_runner(fork: bool) -> Iterator[Runner]:
+    with running("planted_crash", example_timeout_s=60, fork=fork) as runner:
         yield runner
 
 
 def test_crash_raises_worker_crash_and_the_next_example_gets_a_new_worker(crash_runner: Runner):
     assert properties.reference(crash_runner.observe("reference", mm_case(m=100), "enabled")).ok
-    first = crash_runner._workers["enabled"].process
+    first = crash_runner._workers["enabled"]
     first_pid = crash_runner.hello("enabled").pid
 
     with pytest.raises(WorkerCrash, match="SIGSEGV") as crash:
@@ -139,11 +185,13 @@ def test_crash_raises_worker_crash_and_the_next_example_gets_a_new_worker(crash_
     assert crash.value.kind == "crash"
     assert isinstance(crash.value, WorkerFailure)
     assert "planted_crash" in str(crash.value)
-    assert first.returncode == -signal.SIGSEGV
+    assert first._exit_code() == -signal.SIGSEGV
+    assert not pid_alive(first_pid)  # reaped, not a zombie
 
     observation = crash_runner.observe("reference", mm_case(m=4), "enabled")
     assert properties.reference(observation).ok
-    assert crash_runner.starts == 2
+    assert replacements(crash_runner) == 2
+    assert crash_runner.starts == 1 if crash_runner.fork else 2  # forking: one target import
     assert crash_runner.hello("enabled").pid != first_pid
     assert crash_runner.examples == 3
 
@@ -157,10 +205,11 @@ def test_a_crashed_workers_log_is_removed(crash_runner: Runner):
     assert not log.exists()
 
 
-def test_hang_raises_worker_hang_after_the_timeout_and_kills_the_worker():
-    with running("planted_hang", example_timeout_s=2) as runner:
+def test_hang_raises_worker_hang_after_the_timeout_and_kills_the_worker(fork: bool):
+    with running("planted_hang", example_timeout_s=2, fork=fork) as runner:
         assert properties.reference(runner.observe("reference", mm_case(k=6), "enabled")).ok
-        stuck = runner._workers["enabled"].process
+        stuck = runner._workers["enabled"]
+        stuck_pid = runner.hello("enabled").pid
 
         start = time.monotonic()
         with pytest.raises(WorkerHang, match="no answer within 2 s") as hang:
@@ -168,11 +217,41 @@ def test_hang_raises_worker_hang_after_the_timeout_and_kills_the_worker():
         waited = time.monotonic() - start
         assert 2 <= waited < 30
         assert hang.value.kind == "timeout"
-        assert stuck.poll() == -signal.SIGKILL  # killed (and reaped), not left sleeping
-        assert not pid_alive(stuck.pid)
+        assert stuck._exit_code() == -signal.SIGKILL  # killed (and reaped), not left sleeping
+        assert not pid_alive(stuck_pid)
 
         assert properties.reference(runner.observe("reference", mm_case(k=8), "enabled")).ok
-        assert runner.starts == 2
+        assert replacements(runner) == 2
+
+
+def test_many_crashes_cost_forks_not_imports():
+    """Shrinking a crash replays it again and again: each replay must cost a fork."""
+    with running("planted_crash") as runner:
+        for _ in range(10):
+            with pytest.raises(WorkerCrash, match="SIGSEGV"):
+                runner.observe("reference", mm_case(m=101), "enabled")
+        assert properties.reference(runner.observe("reference", mm_case(m=3), "enabled")).ok
+        assert (runner.starts, runner.forks) == (1, 11)
+
+
+def test_a_dead_fork_server_is_replaced():
+    with running("planted_correct") as runner:
+        runner.observe("reference", mm_case(), "enabled")
+        zygote = runner._zygotes["enabled"]
+        zygote.kill()
+        runner._workers["enabled"].kill()
+        assert properties.reference(runner.observe("reference", mm_case(), "enabled")).ok
+        assert (runner.starts, runner.forks) == (2, 2)
+
+
+def test_closing_the_runner_leaves_no_process(probe_runner: Runner):
+    probe_runner.observe("reference", mm_case(), "enabled")
+    probe_runner.observe("reference", mm_case(), "disabled")
+    pids = [probe_runner.hello(s).pid for s in ("enabled", "disabled")]
+    pids += [z.process.pid for z in probe_runner._zygotes.values()]
+    assert len(set(pids)) == 4
+    probe_runner.close()
+    assert not any(pid_alive(pid) for pid in pids)
 
 
 def test_fresh_runs_in_a_new_process_and_leaves_the_long_lived_worker(
@@ -184,14 +263,14 @@ def test_fresh_runs_in_a_new_process_and_leaves_the_long_lived_worker(
 
     lines = probe_lines(probe_file)
     enables = [line["pid"] for line in lines if line["event"] == "enable"]
-    assert len(enables) == 2 and enables[0] == long_lived
+    assert len(enables) == 2  # the fork server's, then the fresh interpreter's
     fresh = enables[1]
-    assert fresh != long_lived
+    assert fresh not in (long_lived, enables[0])
     assert [line["pid"] for line in lines if line["event"] == "mm"] == [fresh]
     assert not pid_alive(fresh)  # closed after its one request
     assert probe_runner.starts == 1  # fresh workers are not the runner's long-lived ones
     assert probe_runner._workers["enabled"].alive()
-    assert probe_runner._workers["enabled"].process.pid == long_lived
+    assert probe_runner.hello("enabled").pid == long_lived
 
 
 def test_fresh_reports_a_crash_of_the_new_process():

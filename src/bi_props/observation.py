@@ -67,3 +67,7 @@ class Hello:
     environment: dict[str, str] = field(default_factory=dict)
     repro: dict[str, str] = field(default_factory=dict)  # switch state -> switch-on code
     pid: int = 0
+    # Whether replacement workers may be forked from this loaded process (runner/worker.py says
+    # when they may not, and ``fork_note`` why).
+    forkable: bool = False
+    fork_note: str = ""

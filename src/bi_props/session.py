@@ -84,6 +84,7 @@ class Session:
             self.target,
             example_timeout_s=self.space.example_timeout_s,
             start_timeout_s=self.space.start_timeout_s,
+            fork=self.space.fork_workers,
         )
 
     # -- the target ----------------------------------------------------------------------------

@@ -54,6 +54,7 @@ class Space:
     example_timeout_s: float = 60.0
     start_timeout_s: float = 300.0
     control_examples: int = 200
+    fork_workers: bool = True  # replacement workers forked from a loaded parent (CPU targets)
     # What to explore.
     ops: tuple[str, ...] = DEFAULT_OPS
     dtypes: tuple[str, ...] = DTYPES
@@ -80,7 +81,12 @@ _SECTIONS: dict[str, dict[str, str]] = {
         "database": "str",
         "print_blob": "bool",
     },
-    "runner": {"example_timeout_s": "num", "start_timeout_s": "num", "control_examples": "int"},
+    "runner": {
+        "example_timeout_s": "num",
+        "start_timeout_s": "num",
+        "control_examples": "int",
+        "fork_workers": "bool",
+    },
     "ops": {"include": "list[str]", "exclude": "list[str]"},
     "dtypes": {"choices": "list[str]"},
     "layouts": {"choices": "list[str]"},
@@ -167,6 +173,7 @@ def parse(data: dict[str, Any], source: str, profile: str) -> Space:
         ("runner", "example_timeout_s"): "example_timeout_s",
         ("runner", "start_timeout_s"): "start_timeout_s",
         ("runner", "control_examples"): "control_examples",
+        ("runner", "fork_workers"): "fork_workers",
         ("shapes", "rows"): "rows",
         ("shapes", "dim"): "dim",
         ("batch", "max_companions"): "max_companions",

@@ -13,17 +13,19 @@ from __future__ import annotations
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from ..case import Case
 from ..observation import Hello, Observation
 from .protocol import read_exact, receive, send
+from .worker import FORK_FD_ENV
 
 SWITCH_ENV = "VLLM_BATCH_INVARIANT"
 
@@ -67,9 +69,88 @@ def _signal_name(returncode: int | None) -> str:
     return f"exit status {returncode}"
 
 
+class _Channel:
+    """One serving process behind a request/answer channel: the part shared by spawned and
+    forked workers (framing, timeouts, and turning a dead or silent process into a finding)."""
+
+    target: str
+    switch: str
+    hello: Hello | None
+    log_path: Path | None
+    requests: int
+
+    def _inbox(self) -> BinaryIO:
+        raise NotImplementedError
+
+    def _outbox(self) -> BinaryIO:
+        raise NotImplementedError
+
+    def _exit_code(self) -> int | None:
+        """Wait for the (dead or killed) process and return its Popen-style return code."""
+        raise NotImplementedError
+
+    def alive(self) -> bool:
+        raise NotImplementedError
+
+    def kill(self) -> None:
+        raise NotImplementedError
+
+    def stderr_tail(self, lines: int = 25) -> str:
+        if self.log_path is None or not self.log_path.exists():
+            return ""
+        text = self.log_path.read_text(errors="replace").splitlines()
+        return "\n".join(text[-lines:])
+
+    def _describe(self, doing: str) -> str:
+        return f"worker for target {self.target!r} ({self.switch}) while {doing}"
+
+    def _receive(self, timeout_s: float, doing: str) -> Any:
+        stream = self._inbox()
+        ready, _, _ = select.select([stream], [], [], timeout_s)
+        if not ready:
+            tail = self.stderr_tail()
+            self.kill()
+            raise WorkerHang(
+                f"{self._describe(doing)}: no answer within {timeout_s:g} s; killed.\n"
+                f"Last worker output:\n{tail}"
+            )
+        try:
+            return receive(stream)
+        except (EOFError, OSError):
+            code = self._exit_code()
+            raise WorkerCrash(
+                f"{self._describe(doing)}: the process died ({_signal_name(code)}).\n"
+                f"Last worker output:\n{self.stderr_tail()}"
+            ) from None
+
+    def request(self, message: tuple, timeout_s: float, doing: str) -> Any:
+        self.requests += 1
+        try:
+            send(self._outbox(), message)
+        except (BrokenPipeError, OSError):
+            code = self._exit_code()
+            raise WorkerCrash(
+                f"{self._describe(doing)}: the process was already dead ({_signal_name(code)}).\n"
+                f"Last worker output:\n{self.stderr_tail()}"
+            ) from None
+        status, payload = self._receive(timeout_s, doing)
+        if status == "internal":
+            raise InternalError(f"{self._describe(doing)}: bi_props failed:\n{payload}")
+        return payload
+
+
+def _log_file(target: str, switch: str):
+    return tempfile.NamedTemporaryFile(
+        prefix=f"bi_props-{target.replace(':', '_').replace('/', '_')}-{switch}-",
+        suffix=".log",
+        delete=False,
+    )
+
+
 @dataclass
-class Worker:
-    """One spawned interpreter serving one (target, switch state)."""
+class Worker(_Channel):
+    """One spawned interpreter serving one (target, switch state), or, once asked to ``fork``,
+    the fork server (zygote) whose children serve it (runner/worker.py)."""
 
     target: str
     switch: str
@@ -79,6 +160,7 @@ class Worker:
     hello: Hello | None = None
     log_path: Path | None = None
     requests: int = 0
+    handout: socket.socket | None = None  # our end of the channel children are handed over on
 
     def environment(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -100,22 +182,28 @@ class Worker:
 
     def spawn(self) -> None:
         """Start the interpreter; it imports the target while the caller does other work."""
-        log = tempfile.NamedTemporaryFile(
-            prefix=f"bi_props-{self.target.replace(':', '_').replace('/', '_')}-{self.switch}-",
-            suffix=".log",
-            delete=False,
-        )
+        log = _log_file(self.target, self.switch)
         self.log_path = Path(log.name)
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "bi_props.runner.worker"],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=log,
-            bufsize=0,  # unbuffered: select() must see every byte that has arrived
-            env=self.environment(),
-            start_new_session=True,
-        )
-        log.close()
+        env = self.environment()
+        theirs = None
+        if hasattr(socket, "send_fds"):
+            self.handout, theirs = socket.socketpair()
+            env[FORK_FD_ENV] = str(theirs.fileno())
+        try:
+            self.process = subprocess.Popen(
+                [sys.executable, "-m", "bi_props.runner.worker"],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                bufsize=0,  # unbuffered: select() must see every byte that has arrived
+                env=env,
+                start_new_session=True,
+                pass_fds=() if theirs is None else (theirs.fileno(),),
+            )
+        finally:
+            log.close()
+            if theirs is not None:
+                theirs.close()
 
     def wait_hello(self) -> Hello:
         try:
@@ -127,55 +215,48 @@ class Worker:
         self.hello = hello
         return hello
 
+    def _inbox(self) -> BinaryIO:
+        assert self.process is not None and self.process.stdout is not None
+        return self.process.stdout
+
+    def _outbox(self) -> BinaryIO:
+        assert self.process is not None and self.process.stdin is not None
+        return self.process.stdin
+
+    def _exit_code(self) -> int | None:
+        assert self.process is not None
+        return self.process.wait(timeout=30)
+
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
 
-    def stderr_tail(self, lines: int = 25) -> str:
-        if self.log_path is None or not self.log_path.exists():
-            return ""
-        text = self.log_path.read_text(errors="replace").splitlines()
-        return "\n".join(text[-lines:])
-
-    def _describe(self, doing: str) -> str:
-        return f"worker for target {self.target!r} ({self.switch}) while {doing}"
-
-    def _receive(self, timeout_s: float, doing: str) -> Any:
-        assert self.process is not None and self.process.stdout is not None
-        stream = self.process.stdout
-        ready, _, _ = select.select([stream], [], [], timeout_s)
-        if not ready:
-            tail = self.stderr_tail()
-            self.kill()
-            raise WorkerHang(
-                f"{self._describe(doing)}: no answer within {timeout_s:g} s; killed.\n"
-                f"Last worker output:\n{tail}"
-            )
+    def fork(self) -> ForkedWorker:
+        """A new serving child of this fork server, with the target loaded and switched."""
+        assert self.hello is not None and self.handout is not None
+        log = _log_file(self.target, self.switch)
+        log.close()
         try:
-            return receive(stream)
-        except (EOFError, OSError):
-            code = self.process.wait(timeout=30)
-            raise WorkerCrash(
-                f"{self._describe(doing)}: the process died ({_signal_name(code)}).\n"
-                f"Last worker output:\n{self.stderr_tail()}"
-            ) from None
+            pid = self.request(("fork", log.name), self.start_timeout_s, "forking a worker")
+            _, fds, _, _ = socket.recv_fds(self.handout, 16, 1)
+        except BaseException:
+            Path(log.name).unlink(missing_ok=True)
+            raise
+        channel = socket.socket(fileno=fds[0])
+        hello = replace(self.hello, pid=pid)
+        return ForkedWorker(self.target, self.switch, self, pid, channel, hello, Path(log.name))
 
-    def request(self, message: tuple, timeout_s: float, doing: str) -> Any:
-        assert self.process is not None and self.process.stdin is not None
-        self.requests += 1
+    def reap(self, pid: int) -> int | None:
+        """Wait for a child of this fork server (after it ended or was killed)."""
+        if not self.alive():
+            return None
         try:
-            send(self.process.stdin, message)
-        except (BrokenPipeError, OSError):
-            code = self.process.wait(timeout=30)
-            raise WorkerCrash(
-                f"{self._describe(doing)}: the process was already dead ({_signal_name(code)}).\n"
-                f"Last worker output:\n{self.stderr_tail()}"
-            ) from None
-        status, payload = self._receive(timeout_s, doing)
-        if status == "internal":
-            raise InternalError(f"{self._describe(doing)}: bi_props failed:\n{payload}")
-        return payload
+            return self.request(("wait", pid), 60, f"reaping worker {pid}")
+        except (WorkerFailure, InternalError):
+            return None
 
     def kill(self) -> None:
+        if self.handout is not None:
+            self.handout.close()
         if self.process is None:
             return
         if self.process.poll() is None:
@@ -195,16 +276,84 @@ class Worker:
             return
         if self.process.poll() is None:
             try:
-                assert self.process.stdin is not None
-                send(self.process.stdin, ("exit",))
+                send(self._outbox(), ("exit",))
                 self.process.wait(timeout=10)
             except (OSError, subprocess.TimeoutExpired, ValueError):
                 pass
         self.kill()
 
 
+class ForkedWorker(_Channel):
+    """A serving child of a fork server: its own session (killed as a group), log and socket.
+    Its parent is the zygote, so the zygote reaps it and reports how it ended."""
+
+    def __init__(
+        self,
+        target: str,
+        switch: str,
+        zygote: Worker,
+        pid: int,
+        channel: socket.socket,
+        hello: Hello,
+        log_path: Path,
+    ) -> None:
+        self.target = target
+        self.switch = switch
+        self.zygote = zygote
+        self.pid = pid
+        self.channel = channel
+        self.stream = channel.makefile("rwb", buffering=0)
+        self.hello = hello
+        self.log_path = log_path
+        self.requests = 0
+        self.ended = False
+        self.returncode: int | None = None
+
+    def _inbox(self) -> BinaryIO:
+        return self.stream
+
+    def _outbox(self) -> BinaryIO:
+        return self.stream
+
+    def _exit_code(self) -> int | None:
+        if not self.ended:
+            self.ended = True
+            self.returncode = self.zygote.reap(self.pid)
+        return self.returncode
+
+    def alive(self) -> bool:
+        """Idle children never write: a readable channel between requests means it ended."""
+        if self.ended or self.channel.fileno() < 0:
+            return False
+        readable, _, _ = select.select([self.channel], [], [], 0)
+        return not readable
+
+    def kill(self) -> None:
+        if not self.ended:
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+            self._exit_code()
+        self.stream.close()
+        self.channel.close()
+        self.log_path.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        if not self.ended and self.channel.fileno() >= 0:
+            try:
+                send(self.stream, ("exit",))
+                select.select([self.channel], [], [], 10)  # its end closes the channel
+            except OSError:
+                pass
+        self.kill()
+
+
 class Runner:
-    """Workers for one target, one per switch state, replaced when they crash or hang."""
+    """Workers for one target, one serving process per switch state, replaced when it crashes
+    or hangs. Where the target allows it (hello.forkable), a switch state's first process
+    becomes a fork server and every serving process is its child: a replacement then costs
+    milliseconds, not a Python start and a target import."""
 
     def __init__(
         self,
@@ -213,37 +362,34 @@ class Runner:
         example_timeout_s: float = 60.0,
         start_timeout_s: float = 300.0,
         extra_env: dict[str, str] | None = None,
+        fork: bool = True,
     ) -> None:
         self.target = target
         self.example_timeout_s = example_timeout_s
         self.start_timeout_s = start_timeout_s
         self.extra_env = dict(extra_env or {})
-        self._workers: dict[str, Worker] = {}
+        self.fork = fork
+        self._zygotes: dict[str, Worker] = {}  # spawned, loaded, not yet serving
+        self._workers: dict[str, _Channel] = {}  # serving
         self._hellos: dict[str, Hello] = {}
-        self.starts = 0
+        self.starts = 0  # interpreters spawned (target imports)
+        self.forks = 0  # serving children forked
         self.examples = 0
         self.seconds_in_workers = 0.0
 
-    def _new_worker(self, switch: str) -> Worker:
+    def _spawned(self, switch: str) -> Worker:
         worker = Worker(self.target, switch, self.start_timeout_s, self.extra_env)
         self.starts += 1
-        try:
-            hello = worker.start()
-        except BaseException:
-            worker.kill()
-            raise
-        self._hellos[switch] = hello
         return worker
 
     def start_all(self, switches: tuple[str, ...] = ("disabled", "enabled")) -> None:
-        """Start the workers of several switch states concurrently (a session's cold start is
+        """Start the processes of several switch states concurrently (a session's cold start is
         then one target import, not one per state)."""
         pending = []
         for switch in switches:
-            if switch in self._workers and self._workers[switch].alive():
+            if self._loaded(switch) is not None:
                 continue
-            worker = Worker(self.target, switch, self.start_timeout_s, self.extra_env)
-            self.starts += 1
+            worker = self._spawned(switch)
             worker.spawn()
             pending.append((switch, worker))
         for switch, worker in pending:
@@ -252,19 +398,49 @@ class Runner:
             except BaseException:
                 worker.kill()
                 raise
-            self._workers[switch] = worker
+            self._zygotes[switch] = worker
 
-    def worker(self, switch: str) -> Worker:
+    def _loaded(self, switch: str) -> _Channel | None:
+        for pool in (self._workers, self._zygotes):
+            worker = pool.get(switch)
+            if worker is not None and worker.alive():
+                return worker
+        return None
+
+    def _zygote(self, switch: str) -> Worker:
+        zygote = self._zygotes.get(switch)
+        if zygote is None or not zygote.alive():
+            if zygote is not None:
+                zygote.kill()
+            zygote = self._spawned(switch)
+            try:
+                self._hellos[switch] = zygote.start()
+            except BaseException:
+                zygote.kill()
+                raise
+            self._zygotes[switch] = zygote
+        return zygote
+
+    def worker(self, switch: str) -> _Channel:
         worker = self._workers.get(switch)
-        if worker is None or not worker.alive():
-            if worker is not None:
-                worker.kill()
-            worker = self._new_worker(switch)
-            self._workers[switch] = worker
+        if worker is not None and worker.alive():
+            return worker
+        if worker is not None:
+            worker.kill()
+        zygote = self._zygote(switch)
+        hello = zygote.hello
+        if self.fork and hello is not None and hello.status == "ready" and hello.forkable:
+            worker = zygote.fork()
+            self.forks += 1
+        else:  # it serves itself; its replacement will be spawned
+            worker = self._zygotes.pop(switch)
+        self._workers[switch] = worker
+        if worker.hello is not None:
+            self._hellos[switch] = worker.hello
         return worker
 
     def hello(self, switch: str) -> Hello:
-        """The target's self-description in this switch state (starts the worker if needed)."""
+        """The target's self-description in this switch state (starts a process if needed)."""
         if switch not in self._hellos:
             self.worker(switch)
         return self._hellos[switch]
@@ -295,7 +471,8 @@ class Runner:
         return worker.request(("export", prop, case), self.example_timeout_s, f"exporting {case!r}")
 
     def fresh(self, prop: str, case: Case, switch: str) -> Observation:
-        """Run one case in a brand-new worker (then close it): does it reproduce in isolation?"""
+        """Run one case in a brand-new interpreter (then close it): does it reproduce in
+        isolation? Always spawned, never forked: nothing is shared with the long-lived ones."""
         worker = Worker(self.target, switch, self.start_timeout_s, self.extra_env)
         try:
             worker.start()
@@ -309,9 +486,13 @@ class Runner:
         for worker in self._workers.values():
             worker.close()
         self._workers.clear()
+        for zygote in self._zygotes.values():
+            zygote.close()
+        self._zygotes.clear()
 
 
 __all__ = [
+    "ForkedWorker",
     "InternalError",
     "Runner",
     "Worker",
