@@ -2,8 +2,10 @@
 
 Each library in tests/planted/ carries one bug class; the campaign must report it with the right
 op, property and switch, confirmed in a fresh process, and the correct library must give an empty
-findings list. A campaign stops at its budget (checked between turns of 10 examples, so a shrink in
-progress finishes first).
+findings list, all within the issue's 120-second budget (every campaign runs at once on the CI's 2
+cores). A campaign stops at its budget: turns stop starting, and a shrink in progress ends at the
+budget's end with the smallest failing case seen (``Finding.shrink`` says so). Crash and hang
+shrinks are affordable because replacement workers are forked (runner/worker.py).
 """
 
 from __future__ import annotations
@@ -17,8 +19,10 @@ from pathlib import Path
 
 import pytest
 
+from bi_props.case import parse_case
+
 PLANTED = Path(__file__).parent / "planted"
-BUDGET_S = 60  # all campaigns run at once on 2 cores; the issue allows 120 s
+BUDGET_S = 120  # the issue's budget; all campaigns run at once
 
 SPACE = """
 [hypothesis]
@@ -45,11 +49,17 @@ EXPECTED = {
     "planted_switch_leak": ("mm", "routing", "disabled"),
     "planted_nondeterministic": ("mm", "determinism", "enabled"),
     "planted_contract": ("mm", "parity", "both"),
+    "planted_crash": ("mm", "*", "enabled"),
+    "planted_hang": ("mm", "*", "enabled"),
 }
-# The crash and hang libraries are found by fuzz too, but shrinking them costs a worker restart (and
-# for a hang the timeout) per replay: minutes on 2 cores. Their end-to-end tests run through pytest
-# with a narrow space in test_planted.py; the runner's crash/hang handling is in test_runner.py.
-KINDS: dict[str, str] = {}
+# A crash or hang of the enabled mm shows in every property that runs it (each is a right cell;
+# on 2 cores shared by 8 campaigns, the first found is whichever cell's turn comes first).
+KINDS = {"planted_crash": "crash", "planted_hang": "timeout"}
+# What every failing case of these must show (the planted condition), and what the minimal one is.
+CONDITION = {  # on (rows of the call: needle and companions, K)
+    "planted_crash": (lambda rows, k: rows > 100, lambda rows, k: rows == 101),  # M > 100
+    "planted_hang": (lambda rows, k: k == 7, lambda rows, k: k == 7),  # K == 7
+}
 
 
 @pytest.fixture(scope="module")
@@ -87,12 +97,30 @@ def test_fuzz_finds_the_planted_bug(campaigns, library: str) -> None:
     code, log, report, elapsed = campaigns[library]
     assert code == 1, log[-3000:]
     assert "Traceback" not in log, log[-3000:]
-    found = {(f["op"], f["property"], f["switch"]): f for f in report["findings"]}
-    assert EXPECTED[library] in found, sorted(found)
-    finding = found[EXPECTED[library]]
+    op, prop, switch = EXPECTED[library]
+    found = [
+        f
+        for f in report["findings"]
+        if (f["op"], f["switch"]) == (op, switch) and prop in ("*", f["property"])
+    ]
+    cells = sorted((f["op"], f["property"], f["switch"]) for f in report["findings"])
+    assert found, cells
+    finding = found[0]
     assert finding["kind"] == KINDS.get(library, finding["kind"])
     assert finding["reproduced_in_fresh_process"] is True
-    assert elapsed < BUDGET_S + 240, f"the campaign overran its budget: {elapsed:.0f} s"
+    # A bug found near the budget's end (likely on 2 loaded cores) has its shrink cut there.
+    complete = finding["shrink"] == "complete"
+    assert complete or finding["shrink"].startswith("stopped at the end of the budget")
+    if library in CONDITION:
+        case = parse_case(finding["case"])
+        companions = case.batch.companions if case.batch else ()
+        rows = case.shape[0] + sum(c.rows for c in companions)
+        planted, minimal = CONDITION[library]
+        call = (rows, case.shape[1])
+        assert planted(*call) and (minimal(*call) or not complete), finding["case"]
+    # Past the budget only the last fresh-process confirmation and the reports may run (a hang's
+    # confirmation waits out its 3 s timeout; process starts are slow on a loaded machine).
+    assert elapsed < BUDGET_S + 90, f"the campaign overran its budget: {elapsed:.0f} s"
 
 
 @pytest.mark.slow

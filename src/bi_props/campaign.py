@@ -671,7 +671,7 @@ class Campaign:
             reseen_before = len(ledger.reseen)
             new_before = len(ledger.new)
             started = time.monotonic()
-            ran = run_slice(state.session, cell, SLICE_EXAMPLES, database, seed)
+            ran = run_slice(state.session, cell, SLICE_EXAMPLES, database, seed, deadline)
             seconds = time.monotonic() - started
             state.session.flush_examples()  # each turn's coverage on disk (a kill loses little)
             state.seconds += seconds

@@ -8,6 +8,7 @@ session, and retires the cell. campaign.py (local) and ray_runner.py (Ray actors
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 from hypothesis import HealthCheck, Phase, given, settings
@@ -16,7 +17,7 @@ from hypothesis import strategies as st
 
 from .catalogue import cells
 from .runner.controller import InternalError
-from .session import Session
+from .session import Failure, Session, case_size, is_final_replay
 from .space import Space
 
 SLICE_EXAMPLES = 10
@@ -39,6 +40,12 @@ def cells_for(space: Space) -> list[Cell]:
     return [Cell(op, prop, switch) for op, prop, switch in cells(space.ops)]
 
 
+class BudgetSpent(KeyboardInterrupt):
+    """Raised inside a slice whose shrink ran past the campaign's end. A KeyboardInterrupt so
+    that Hypothesis stops at once and neither shrinks it nor saves the example that was about to
+    run as a failure; ``run_slice`` records the smallest failing case seen instead."""
+
+
 class Interrupted(BaseException):
     """SIGTERM. A BaseException, like KeyboardInterrupt: Hypothesis must not take it for a failure
     of the example that was running (it would shrink it, call it flaky, and retire the cell)."""
@@ -53,11 +60,27 @@ def database_key(target: str, op: str, prop: str, switch: str) -> bytes:
     return f"bi_props:fuzz:{target}:{op}:{prop}:{switch}".encode()
 
 
-def run_slice(session: Session, cell: Cell, examples: int, database, seed: int | None) -> int:
+def run_slice(
+    session: Session,
+    cell: Cell,
+    examples: int,
+    database,
+    seed: int | None,
+    stop_at: float | None = None,
+) -> int:
     """Run up to ``examples`` examples of one cell; return how many ran. Failures are recorded by
-    the session on Hypothesis' final replay and retire the cell."""
+    the session on Hypothesis' final replay and retire the cell.
+
+    ``stop_at`` (``time.monotonic()``) bounds shrinking: once a failure was seen, an example that
+    would start after it ends the slice, and each failure is recorded with the smallest failing
+    case seen so far (``Finding.shrink`` says so). A crash or hang costs a worker replacement per
+    failing replay, and a hang the whole example timeout: without the bound, one hang could eat a
+    campaign's budget many times over. SIGTERM or Ctrl-C during a shrink likewise records the
+    smallest case seen (unconfirmed: there may be no time for a fresh process) and re-raises."""
     count = 0
     strategy = session.strategy(cell.op, cell.prop)
+    smallest: dict[tuple, Failure] = {}  # failure signature -> smallest failing case seen
+    started = time.monotonic()
 
     @settings(
         max_examples=examples,
@@ -74,7 +97,19 @@ def run_slice(session: Session, cell: Cell, examples: int, database, seed: int |
         nonlocal count
         count += 1
         case = data.draw(strategy, label="case")
-        session.check(cell.op, cell.prop, cell.switch, case)
+        past_end = stop_at is not None and time.monotonic() >= stop_at
+        if smallest and past_end and not is_final_replay():  # the final replay records itself
+            raise BudgetSpent()
+        session.last_failure = None
+        try:
+            session.check(cell.op, cell.prop, cell.switch, case)
+        except Exception:
+            failure = session.last_failure
+            if failure is not None:
+                kept = smallest.get(failure.signature())
+                if kept is None or case_size(failure.case) < case_size(kept.case):
+                    smallest[failure.signature()] = failure
+            raise
 
     key = database_key(session.target, cell.op, cell.prop, cell.switch)
     slice_test.hypothesis.inner_test._hypothesis_internal_add_digest = key
@@ -91,6 +126,23 @@ def run_slice(session: Session, cell: Cell, examples: int, database, seed: int |
     try:
         slice_test()
     except InternalError:
+        raise
+    except BudgetSpent:
+        spent = time.monotonic() - started
+        for failure in smallest.values():
+            session.finalize(
+                failure,
+                shrink=f"stopped at the end of the budget after {spent:.0f} s of this cell: "
+                "the smallest failing case seen, not necessarily minimal",
+            )
+        cell.done = True
+    except (KeyboardInterrupt, Interrupted):
+        for failure in smallest.values():
+            session.finalize(
+                failure,
+                shrink="interrupted while shrinking: the smallest failing case seen",
+                confirm=False,
+            )
         raise
     except Exception:  # a finding (PropertyFailed, WorkerFailure, or several at once)
         cell.done = True

@@ -227,7 +227,7 @@ class ShardActor:
                 if turn and time.monotonic() >= deadline:
                     break
                 seed = turn_seed(shard.round_seed or 0, shard.op, shard.prop, shard.switch, turn)
-                ran += run_slice(session, cell, SLICE_EXAMPLES, self.database, seed)
+                ran += run_slice(session, cell, SLICE_EXAMPLES, self.database, seed, deadline)
                 if cell.done:
                     break
             result["done"] = cell.done

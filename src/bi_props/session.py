@@ -42,9 +42,41 @@ class Finding:
     error_type: str | None = None
     reproducer: str | None = None
     status: str = "new"  # "known" when a known-failures entry names its signature
+    # "complete": Hypothesis' minimal case. Otherwise why shrinking stopped early (the budget was
+    # spent, or the run was interrupted): the case is then the smallest failing one seen.
+    shrink: str = "complete"
 
     def signature(self) -> tuple:
         return (self.target, self.op, self.property, self.switch, self.kind, self.error_type)
+
+
+@dataclass(frozen=True)
+class Failure:
+    """One failing example as ``Session.check`` saw it: enough to record it as a finding."""
+
+    op: str
+    prop: str
+    switch: str
+    case: Case
+    kind: str
+    message: str
+    error_type: str | None
+
+    def signature(self) -> tuple:
+        return (self.op, self.prop, self.switch, self.kind, self.error_type)
+
+
+def case_size(case: Case) -> tuple:
+    """An order on cases, smallest first: elements across the batch, then extents, companions
+    and the repr (to break ties). Used to keep the smallest failing case seen while shrinking."""
+    rows = case.shape[0] if case.shape else 0
+    if case.batch is not None:
+        rows += sum(c.rows for c in case.batch.companions)
+    per_row = 1
+    for extent in case.shape[1:]:
+        per_row *= max(extent, 1)
+    companions = 0 if case.batch is None else len(case.batch.companions)
+    return (rows * per_row, sum(case.shape), companions, len(repr(case)), repr(case))
 
 
 @dataclass
@@ -72,6 +104,7 @@ class Session:
     started: float = field(default_factory=time.time)
     _strategies: dict = field(default_factory=dict, repr=False)
     examples_log: list[dict] = field(default_factory=list, repr=False)
+    last_failure: Failure | None = field(default=None, repr=False)
 
     def __repr__(self) -> str:  # Hypothesis prints the fixture in every falsifying example
         return f"<bi_props session: target {self.target!r}, space {self.space.source}>"
@@ -129,7 +162,9 @@ class Session:
             verdict = self.judge(op, prop, switch, case)
         except WorkerFailure as failure:
             self._note_example(op, prop, switch, case, failure.kind)
-            self._final(op, prop, switch, case, failure.kind, str(failure), type(failure).__name__)
+            self._failed(
+                Failure(op, prop, switch, case, failure.kind, str(failure), type(failure).__name__)
+            )
             raise
         self._note_example(op, prop, switch, case, "ok" if verdict.ok else verdict.kind)
         if verdict.kind == "not_covered":
@@ -140,7 +175,9 @@ class Session:
         if switch == "enabled" and not self.covered(op):
             self.not_covered.setdefault(op, f"{prop} fails, but the target does not claim {op}")
             return
-        self._final(op, prop, switch, case, verdict.kind, verdict.message, verdict.error_type)
+        self._failed(
+            Failure(op, prop, switch, case, verdict.kind, verdict.message, verdict.error_type)
+        )
         raise PropertyFailed(f"{prop} [{switch}] on {op}:\n{verdict.message}")
 
     def _note_example(self, op: str, prop: str, switch: str, case: Case, outcome: str) -> None:
@@ -174,27 +211,36 @@ class Session:
             f.writelines(json.dumps(line) + "\n" for line in self.examples_log)
         self.examples_log.clear()
 
-    def _final(
-        self,
-        op: str,
-        prop: str,
-        switch: str,
-        case: Case,
-        kind: str,
-        message: str,
-        error: str | None,
-    ) -> None:
-        if not _is_final_replay():
-            return
-        reproduced = self._reproduces_fresh(op, prop, switch, case)
+    def _failed(self, failure: Failure) -> None:
+        """Remember the failure; on Hypothesis' final replay (the minimal case) record it."""
+        self.last_failure = failure
+        if is_final_replay():
+            self.finalize(failure)
+
+    def finalize(self, failure: Failure, shrink: str = "complete", confirm: bool = True) -> None:
+        """Record a failure as a finding: re-run it in a brand-new worker (unless ``confirm`` is
+        False: an interrupted run records at once), match the known failures, and write a
+        standalone reproducer."""
+        op, prop, switch, case = failure.op, failure.prop, failure.switch, failure.case
+        reproduced = self._reproduces_fresh(op, prop, switch, case) if confirm else None
         _note(f"Reproduced in a fresh worker process: {reproduced}")
         finding = Finding(
-            self.target, op, prop, switch, kind, repr(case), message, reproduced, error
+            self.target,
+            op,
+            prop,
+            switch,
+            failure.kind,
+            repr(case),
+            failure.message,
+            reproduced,
+            failure.error_type,
+            shrink=shrink,
         )
         if any(k.matches(finding.signature()) for k in self.known):
             finding.status = "known"
             _note("This failure is listed as a known failure.")
-        finding.reproducer = self.write_reproducer(finding, case)
+        if confirm:
+            finding.reproducer = self.write_reproducer(finding, case)
         if finding.reproducer:
             _note(f"Standalone reproducer: {finding.reproducer}")
         self.record(finding)
@@ -345,7 +391,7 @@ def _note(text: str) -> None:
     note(text)
 
 
-def _is_final_replay() -> bool:
+def is_final_replay() -> bool:
     try:
         return bool(current_build_context().is_final)
     except Exception:  # outside a Hypothesis test (e.g. a direct call): treat as final
