@@ -51,7 +51,7 @@ def _sig(f: dict) -> list:
 def campaign_dir(tmp_path: Path) -> Path:
     """A campaign directory as `bi-props fuzz` leaves it: four findings of four statuses."""
     new = _finding("batch_invariance")
-    still = _finding("reference")
+    still = _finding("reference", shrink="stopped at the end of the budget after 9 s of this cell")
     known = _finding("determinism")
     regressed = _finding("parity", switch="both", kind="error", error_type="TypeError")
     report = {
@@ -245,6 +245,8 @@ def test_junit_is_valid_and_carries_the_findings(campaign_dir: Path) -> None:
     }
     assert failures["mm batch_invariance [enabled]"].get("message").startswith("new: mismatch")
     assert "Max ULP difference (float32): 37" in failures["mm reference [enabled]"].text
+    assert "shrink: stopped at the end of the budget" in failures["mm reference [enabled]"].text
+    assert "shrink: complete" in failures["mm batch_invariance [enabled]"].text
     assert failures["mm parity [both]"].get("type") == "TypeError"
     assert "regression" in failures["mm parity [both]"].get("message")
     assert skipped["mm determinism [enabled]"].get("message").startswith("known failure")
@@ -272,7 +274,7 @@ def test_html_is_self_contained_and_its_plots_are_pngs(campaign_dir: Path) -> No
         image.load()
         assert image.width >= 400 and image.height >= 200
     html = (campaign_dir / "report.html").read_text()
-    for text in ("regression", "still failing", "upstream #1", "Negative controls"):
+    for text in ("regression", "still failing", "upstream #1", "Negative controls", "Shrinking"):
         assert text in html
     assert "<td>bfloat16</td>" in html and "<td>float32</td>" in html  # the coverage table
 
@@ -297,6 +299,8 @@ def test_markdown_summarises(campaign_dir: Path) -> None:
     for status in ("**new**", "**still failing**", "**known**", "**regression**"):
         assert status in text
     assert MM_CASE in text
+    # Only the finding whose shrink was cut says so.
+    assert text.count("Shrinking stopped at the end of the budget after 9 s of this cell.") == 1
     assert "| lib | mm | batch_invariance | yes |" in text
     assert "## Coverage (61 examples recorded in examples.jsonl)" in text
 

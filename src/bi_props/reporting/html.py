@@ -89,7 +89,12 @@ def render(data: ReportData, plots: bool = True) -> str:
             f"{escape(str(f.get('target')))}: {escape(str(f.get('kind')))} {_badge(s.status)}</h3>"
             f"<p>{escape(s.note)}; reproduced in a fresh process: "
             f"{escape(str(f.get('reproduced_in_fresh_process')))}</p>"
-            f"<pre>{escape(str(f.get('case', '')))}</pre>"
+            + (
+                f"<p>Shrinking {escape(str(f['shrink']))}.</p>"
+                if f.get("shrink", "complete") != "complete"
+                else ""
+            )
+            + f"<pre>{escape(str(f.get('case', '')))}</pre>"
             f"<pre>{escape(str(f.get('message', '')))}</pre>"
         )
 

@@ -70,6 +70,7 @@ def render(data: ReportData) -> str:
                         f"[{s.status}] {s.note}\nkind: {s.finding.get('kind')}\n"
                         f"reproduced in a fresh process: "
                         f"{s.finding.get('reproduced_in_fresh_process')}\n"
+                        f"shrink: {s.finding.get('shrink', 'complete')}\n"
                         f"case: {s.finding.get('case')}\n\n{s.finding.get('message')}"
                         for s in failing
                     )

@@ -71,6 +71,8 @@ def render(data: ReportData) -> str:
                 f"on {f.get('target')}: {f.get('kind')} ({s.status})\n"
             )
             out.append(f"_{s.note}_\n")
+            if f.get("shrink", "complete") != "complete":
+                out.append(f"Shrinking {f['shrink']}.\n")
             out.append("```python\n" + str(f.get("case", "")) + "\n```\n")
             out.append("```\n" + str(f.get("message", "")).rstrip() + "\n```\n")
 
