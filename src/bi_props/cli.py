@@ -6,7 +6,10 @@ Exit status: 0 clean, 1 findings (or, for doctor, a target that cannot run), 2 u
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from .profiles import DEFAULT_TARGETS
@@ -26,6 +29,7 @@ def _parser() -> argparse.ArgumentParser:
         help="cpu, vllm, ascend, or some.module[:attr]; repeat for several (budget split fairly)",
     )
     fuzz.add_argument("--budget", type=float, default=60.0, metavar="SECONDS")
+    _switch_option(fuzz)
     fuzz.add_argument("--out", type=Path, default=Path("bi_props-out"), metavar="DIR")
     fuzz.add_argument("--ops", default=None, help="comma-separated catalogue ops (default: all)")
     fuzz.add_argument("--profile", default="cpu", help="bundled search space to use")
@@ -76,6 +80,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     doctor = sub.add_parser("doctor", help="what a target needs and what is here")
     doctor.add_argument("--target", default="cpu")
+    _switch_option(doctor)
     repro = sub.add_parser(
         "repro", help="re-run a finding in a fresh process: a reproducer script or report.json"
     )
@@ -97,6 +102,33 @@ def _parser() -> argparse.ArgumentParser:
         "--no-plots", action="store_true", help="skip the matplotlib plots in report.html"
     )
     return parser
+
+
+def _switch_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--switch",
+        choices=("env", "verl"),
+        default=None,
+        help="who turns the switch in the workers: env (bi_props sets VLLM_BATCH_INVARIANT; the "
+        "default) or verl (verl's own code, from rollout.full_determinism; targets cpu, vllm, "
+        "vllm-engine, ascend)",
+    )
+
+
+def _switch_problem(chosen: str | None, targets: list[str]) -> tuple[str, str | None]:
+    """The provider (--switch, else BI_PROPS_SWITCH_PROVIDER, else env) and why it cannot
+    switch one of ``targets`` (None when it can)."""
+    from .switches import SwitchUsageError, selected, usage_error
+
+    try:
+        provider = chosen or selected()
+    except SwitchUsageError as exc:
+        return "env", str(exc)
+    for target in targets:
+        problem = usage_error(provider, target)
+        if problem is not None:
+            return provider, problem
+    return provider, None
 
 
 def _space(args: argparse.Namespace):
@@ -126,8 +158,6 @@ def _usage(message: str) -> int:
 
 
 def _fuzz(args: argparse.Namespace) -> int:
-    from .runner.controller import WorkerFailure
-
     if args.budget <= 0:
         return _usage("--budget must be positive")
     if args.ray_actors is not None and args.ray_actors < 1:
@@ -142,6 +172,41 @@ def _fuzz(args: argparse.Namespace) -> int:
     targets = args.target or [space.target or DEFAULT_TARGETS.get(args.profile)]
     if not all(targets):
         return _usage(f"profile {args.profile!r} names no target: pass --target")
+    provider, problem = _switch_problem(args.switch, targets)
+    if problem is not None:
+        return _usage(problem)
+    if provider != "env" and args.ray is not None:
+        return _usage(
+            f"--switch {provider} is not supported with --ray: the Ray actors' workers would not "
+            f"receive it; run without --ray"
+        )
+    with _provider(args.switch):
+        return _run_fuzz(args, space, known, targets)
+
+
+@contextmanager
+def _provider(provider: str | None) -> Iterator[None]:
+    """The campaign's sessions read the provider from BI_PROPS_SWITCH_PROVIDER (and its workers
+    inherit it): set it for the run, then put back what was there."""
+    from .switches import PROVIDER_ENV
+
+    if provider is None:
+        yield
+        return
+    before = os.environ.get(PROVIDER_ENV)
+    os.environ[PROVIDER_ENV] = provider
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(PROVIDER_ENV, None)
+        else:
+            os.environ[PROVIDER_ENV] = before
+
+
+def _run_fuzz(args: argparse.Namespace, space, known, targets: list[str]) -> int:
+    from .runner.controller import WorkerFailure
+
     try:
         if args.ray is not None:
             from .ray_runner import run_ray_campaign
@@ -182,7 +247,10 @@ def _report(args: argparse.Namespace) -> int:
 def _doctor(args: argparse.Namespace) -> int:
     from .doctor import doctor
 
-    return doctor(args.target)
+    provider, problem = _switch_problem(args.switch, [args.target])
+    if problem is not None:
+        return _usage(problem)
+    return doctor(args.target, switch_provider=provider)
 
 
 def _repro(args: argparse.Namespace) -> int:

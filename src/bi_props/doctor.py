@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import platform
 import sys
-from typing import TextIO
+from typing import Any, TextIO
 
 from .observation import Hello
 from .runner.controller import Runner, WorkerFailure
+from .switches import PROVIDER_ENV, WATCHED, broken_promises
 
 
 def _rows(hello: Hello) -> list[tuple[str, str]]:
@@ -28,10 +29,35 @@ def _rows(hello: Hello) -> list[tuple[str, str]]:
     return rows
 
 
-def doctor(target: str, out: TextIO = sys.stdout) -> int:
+def _provider_rows(evidence: dict[str, Any], switch: str) -> list[tuple[str, str]]:
+    """What verl did in one worker, beyond the report rows, and whether its promises held."""
+    if evidence.get("provider") != "verl":
+        return []
+    broken = broken_promises(evidence, switch)
+
+    def watched(env: dict[str, Any] | None) -> str:
+        return " ".join(f"{k}={v!r}" for k, v in (env or {}).items() if k in WATCHED)
+
+    return [
+        ("verl driver set", watched(evidence.get("driver_env"))),
+        ("Ray forwarded", watched(evidence.get("ray_env_vars"))),
+        ("verl server", str(evidence.get("server", "?"))),
+        ("torch determ.", str(evidence.get("torch_deterministic", "?"))),
+        ("verl promises", "kept" if not broken else "BROKEN: " + "; ".join(broken)),
+    ]
+
+
+def doctor(target: str, out: TextIO | None = None, switch_provider: str = "env") -> int:
+    out = out or sys.stdout  # read at call time (pytest's capture replaces sys.stdout)
     print(f"bi-props doctor: target {target!r}", file=out)
     print(f"  python: {platform.python_version()} ({sys.executable})", file=out)
-    runner = Runner(target, start_timeout_s=600)
+    print(f"  switch provider: {switch_provider}", file=out)
+    if switch_provider == "verl":
+        from .verl_switch import probe
+
+        for key, value in probe().items():
+            print(f"    {key}: {value}", file=out)
+    runner = Runner(target, start_timeout_s=600, extra_env={PROVIDER_ENV: switch_provider})
     ok = True
     if target == "ascend":  # the symbol contract, read from the installed source (never imported)
         from .contract import check_installed
@@ -46,18 +72,20 @@ def doctor(target: str, out: TextIO = sys.stdout) -> int:
             ok = ok and not problems
     try:
         for switch in ("disabled", "enabled"):
-            print(
-                f"\n[{switch}] worker with VLLM_BATCH_INVARIANT="
-                f"{'1' if switch == 'enabled' else '0'}",
-                file=out,
+            how = (
+                f"rollout.full_determinism={'true' if switch == 'enabled' else 'false'} (verl sets "
+                f"VLLM_BATCH_INVARIANT)"
+                if switch_provider == "verl"
+                else f"VLLM_BATCH_INVARIANT={'1' if switch == 'enabled' else '0'}"
             )
+            print(f"\n[{switch}] worker with {how}", file=out)
             try:
                 hello = runner.hello(switch)
             except WorkerFailure as exc:
                 print(f"  the worker did not start: {exc}", file=out)
                 ok = False
                 continue
-            for key, value in _rows(hello):
+            for key, value in _rows(hello) + _provider_rows(hello.provider, switch):
                 print(f"  {key:>14}: {value}", file=out)
             ok &= hello.status == "ready"
     finally:

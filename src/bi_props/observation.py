@@ -71,3 +71,5 @@ class Hello:
     # when they may not, and ``fork_note`` why).
     forkable: bool = False
     fork_note: str = ""
+    # What the switch provider did before the target loaded (switches.py); empty for "env".
+    provider: dict[str, Any] = field(default_factory=dict)

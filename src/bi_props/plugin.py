@@ -26,6 +26,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         help="system under test: cpu, vllm, ascend, or some.module[:attr]; default: the profile's",
     )
     group.addoption(
+        "--bi-switch",
+        default=None,
+        choices=("env", "verl"),
+        help="who turns the switch: env (VLLM_BATCH_INVARIANT set by bi_props; the default) or "
+        "verl (verl's own code, from rollout.full_determinism; targets cpu, vllm, vllm-engine, "
+        "ascend)",
+    )
+    group.addoption(
         "--bi-strategies",
         default=None,
         metavar="PATH",
@@ -79,6 +87,20 @@ class BiPropsState:
         return chosen
 
     @property
+    def switch_provider(self) -> str:
+        """--bi-switch, else BI_PROPS_SWITCH_PROVIDER, else env; refused where it cannot work."""
+        from .switches import SwitchUsageError, selected, usage_error
+
+        try:
+            provider = self.config.getoption("bi_switch") or selected()
+        except SwitchUsageError as exc:
+            raise pytest.UsageError(f"bi_props: {exc}") from None
+        problem = usage_error(provider, self.target)
+        if problem is not None:
+            raise pytest.UsageError(f"bi_props: {problem}")
+        return provider
+
+    @property
     def space(self):
         if self._space is None:
             from .space import SpaceError, load, load_profile
@@ -99,7 +121,7 @@ class BiPropsState:
         if self._session is None:
             from .session import Session
 
-            self._session = Session(self.target, self.space)
+            self._session = Session(self.target, self.space, switch_provider=self.switch_provider)
             report = self.config.getoption("bi_report")
             self._session.report_path = Path(report) if report else None
             self._session.known = self.known
@@ -199,9 +221,10 @@ def pytest_collection_modifyitems(
         ) from None
     if hello.status == "ready":
         return
+    switch = " --switch verl" if state.session.switch_provider == "verl" else ""
     message = (
         f"bi_props: target {state.target!r} cannot run here ({hello.status}):\n{hello.message}\n"
-        f"Run `bi-props doctor --target {state.target}` for the full picture."
+        f"Run `bi-props doctor --target {state.target}{switch}` for the full picture."
     )
     if not config.getoption("bi_allow_missing"):
         raise pytest.UsageError(message + "\nPass --bi-allow-missing to skip these tests instead.")
@@ -286,6 +309,13 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         f"{session.space.source}; {session.runner.examples} examples in "
         f"{session.runner.starts} worker processes"
     )
+    from .switches import rows
+
+    verl: dict[str, str] = {}  # what verl set, per switch state
+    for hello in session.runner._hellos.values():
+        verl.update({k: v for k, v in rows(hello.provider).items() if k.startswith("verl_")})
+    for key, value in verl.items():
+        tr.line(f"{key}: {value}")
     for control in session.controls:
         if control.variance_seen:
             tr.line(

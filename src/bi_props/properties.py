@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import switches
 from .compare import compare_bits, compare_to_reference
 from .observation import Call, Hello, Observation
 
@@ -149,14 +150,18 @@ def reference(obs: Observation) -> Verdict:
 
 def routing(obs: Observation, hello: Hello, op: str) -> Verdict:
     """Switch propagation and routing: covered ops reach the target's kernels when enabled,
-    nothing reaches them when disabled."""
+    nothing reaches them when disabled. Where a switch provider (verl) set the switch, its
+    promises about the environment are checked first."""
     call = obs.calls["op"]
     evidence = obs.evidence
     enabled = obs.switch == "enabled"
+    broken = switches.broken_promises(hello.provider, obs.switch)
+    if broken:
+        return _fail(switches.promise_message(hello.provider, obs.switch, broken))
     active = evidence.get("active")
     if active is not enabled:
         return _fail(
-            f"switch propagation: VLLM_BATCH_INVARIANT={'1' if enabled else '0'} but the target "
+            f"switch propagation: {switches.describe(hello.provider, enabled)} but the target "
             f"reports its kernels {'active' if active else 'inactive'}"
         )
     prefix = hello.kernel_prefix

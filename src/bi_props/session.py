@@ -16,7 +16,7 @@ from hypothesis import find, note, settings
 from hypothesis.control import current_build_context
 from hypothesis.errors import NoSuchExample
 
-from . import properties
+from . import properties, switches
 from .case import Case
 from .known import KnownFailure
 from .observation import Hello
@@ -102,6 +102,9 @@ class Session:
     known: list[KnownFailure] = field(default_factory=list)
     known_status: list[dict[str, Any]] = field(default_factory=list)
     started: float = field(default_factory=time.time)
+    # Who turns the switch in the workers (switches.py): "env" or "verl"; default from
+    # BI_PROPS_SWITCH_PROVIDER, so sessions built by the campaign follow `bi-props fuzz --switch`.
+    switch_provider: str = field(default_factory=switches.selected)
     _strategies: dict = field(default_factory=dict, repr=False)
     examples_log: list[dict] = field(default_factory=list, repr=False)
     last_failure: Failure | None = field(default=None, repr=False)
@@ -118,6 +121,7 @@ class Session:
             example_timeout_s=self.space.example_timeout_s,
             start_timeout_s=self.space.start_timeout_s,
             fork=self.space.fork_workers,
+            extra_env={switches.PROVIDER_ENV: self.switch_provider},
         )
 
     # -- the target ----------------------------------------------------------------------------
@@ -355,6 +359,8 @@ class Session:
             environment = dict(self.runner._hellos["disabled"].environment)
         except KeyError:
             pass
+        for hello in self.runner._hellos.values():  # the switch provider's record of each state
+            environment.update(switches.rows(hello.provider))
         return {
             "target": self.target,
             "profile": self.space.profile,

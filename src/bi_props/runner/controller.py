@@ -24,6 +24,7 @@ from typing import Any, BinaryIO
 
 from ..case import Case
 from ..observation import Hello, Observation
+from ..switches import PROVIDER_ENV
 from .protocol import read_exact, receive, send
 from .worker import FORK_FD_ENV
 
@@ -166,6 +167,8 @@ class Worker(_Channel):
         env = dict(os.environ)
         env.update(self.extra_env)
         env[SWITCH_ENV] = "1" if self.switch == "enabled" else "0"
+        if env.get(PROVIDER_ENV, "env") != "env":  # e.g. verl: its own code sets the variable
+            del env[SWITCH_ENV]
         env["BI_PROPS_TARGET"] = self.target
         env["BI_PROPS_SWITCH"] = self.switch
         env.setdefault("PYTHONUNBUFFERED", "1")

@@ -218,9 +218,12 @@ def _fork_self_test(timeout_s: float = 30.0) -> tuple[bool, str]:
 def _load(target_spec: str, switch: str):
     """Import the target and turn its switch; missing stacks become a hello, not a crash."""
     from bi_props.observation import Hello
+    from bi_props.switches import DEFAULT, PROVIDER_ENV, provide, rows
     from bi_props.targets import TargetBroken, TargetMissing, resolve
 
     try:
+        # The switch provider first: "verl" sets VLLM_BATCH_INVARIANT with verl's own code.
+        provided = provide(os.environ.get(PROVIDER_ENV) or DEFAULT, target_spec, switch)
         target = resolve(target_spec)
         target.check()
         target.activate()
@@ -233,9 +236,10 @@ def _load(target_spec: str, switch: str):
             covered=tuple(target.covered()),
             entries=dict(target.entries()),
             routes=dict(target.routes()),
-            environment=dict(target.environment()),
+            environment={**target.environment(), **rows(provided)},
             repro={"enabled": target.repro_setup(True), "disabled": target.repro_setup(False)},
             pid=os.getpid(),
+            provider=provided,
         )
         return hello, target
     except TargetMissing as exc:

@@ -1,0 +1,157 @@
+"""Switch providers: whose code turns the batch-invariant switch on in a worker.
+
+- ``env`` (the default): the controller puts ``VLLM_BATCH_INVARIANT=1|0`` into the worker's
+  environment and the target reads it, as vLLM and vllm-ascend do.
+- ``verl``: the controller leaves ``VLLM_BATCH_INVARIANT`` out; in the worker, before the target
+  is imported, verl's own code sets it from ``rollout.full_determinism`` (verl_switch.py). The
+  routing property then first checks what verl promises (``broken_promises``), so a verl release
+  that stops forwarding the switch is a finding, not a silently disabled test.
+
+This module is imported by the controller (selection, usage errors, promises, report rows) and by
+the worker (``provide``); it imports neither torch nor verl.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+PROVIDER_ENV = "BI_PROPS_SWITCH_PROVIDER"  # how the choice reaches the workers
+PROVIDERS = ("env", "verl")
+DEFAULT = "env"
+
+# Built-in targets whose switch is VLLM_BATCH_INVARIANT as upstream reads it: verl's switch can
+# reach them. A third-party module target is switched by its own enable(), which verl never calls.
+READS_SWITCH_ENV = ("cpu", "vllm", "vllm-engine", "ascend")
+
+# The variables verl promises (and PYTHONHASHSEED, recorded but not promised to the target).
+WATCHED = ("VLLM_BATCH_INVARIANT", "VERL_FULL_DETERMINISM", "VERL_SEED", "PYTHONHASHSEED")
+
+
+class SwitchUsageError(ValueError):
+    """An unknown provider, or a provider that cannot reach the chosen target."""
+
+
+def selected(environ: Mapping[str, str] = os.environ) -> str:
+    """The provider named by ``BI_PROPS_SWITCH_PROVIDER`` (default ``env``)."""
+    provider = environ.get(PROVIDER_ENV, "") or DEFAULT
+    if provider not in PROVIDERS:
+        raise SwitchUsageError(
+            f"{PROVIDER_ENV}={provider!r}: unknown switch provider; choose one of "
+            f"{', '.join(PROVIDERS)}"
+        )
+    return provider
+
+
+def usage_error(provider: str, target: str) -> str | None:
+    """Why ``provider`` cannot switch ``target`` (one message for the user), or None."""
+    if provider not in PROVIDERS:
+        return f"unknown switch provider {provider!r}; choose one of {', '.join(PROVIDERS)}"
+    if provider == "verl" and target not in READS_SWITCH_ENV:
+        return (
+            f"the verl switch provider cannot switch target {target!r}: verl's "
+            f"rollout.full_determinism reaches a target only through VLLM_BATCH_INVARIANT, and a "
+            f"third-party module target is switched by its own enable(). Use --switch verl "
+            f"(--bi-switch verl) with one of {', '.join(READS_SWITCH_ENV)}, or the default env "
+            f"provider."
+        )
+    return None
+
+
+def provide(provider: str, target: str, switch: str) -> dict[str, Any]:
+    """Worker side, before the target is imported: put the switch in place; return the evidence
+    of what was done (empty for ``env``). Raises TargetMissing/TargetBroken, which the worker
+    turns into a hello with that status."""
+    from .targets.base import TargetBroken
+
+    problem = usage_error(provider, target)
+    if problem is not None:
+        raise TargetBroken(problem)
+    if provider == "env":
+        return {}
+    from .verl_switch import run
+
+    return run(switch == "enabled")
+
+
+# -- what verl promises (judged by properties.routing) ------------------------------------------
+
+
+def broken_promises(evidence: Mapping[str, Any], switch: str) -> list[str]:
+    """verl's promises about the environment it leaves for the rollout, broken in this worker.
+
+    Enabled: ``VLLM_BATCH_INVARIANT == "1"`` and ``VERL_FULL_DETERMINISM == "1"`` (run_ppo sets
+    them and Ray forwards them), and ``VERL_SEED`` set where verl's server step ran (its
+    ``__init__`` sets it). Disabled: ``VLLM_BATCH_INVARIANT`` unset or ``"0"`` (verl writes
+    nothing and Ray forwards "0")."""
+    if evidence.get("provider") != "verl":
+        return []
+    env = evidence.get("env")
+    if not isinstance(env, Mapping):
+        return ["no record of the environment verl left (the provider's evidence has no 'env')"]
+    problems = []
+
+    def expect(name: str, ok: bool, expected: str) -> None:
+        if not ok:
+            problems.append(f"{name} expected {expected}, actual {env.get(name)!r}")
+
+    if switch == "enabled":
+        expect("VLLM_BATCH_INVARIANT", env.get("VLLM_BATCH_INVARIANT") == "1", "'1'")
+        expect("VERL_FULL_DETERMINISM", env.get("VERL_FULL_DETERMINISM") == "1", "'1'")
+        if evidence.get("server_ran"):
+            expect("VERL_SEED", bool(env.get("VERL_SEED")), "set (the rollout seed)")
+    else:
+        expect(
+            "VLLM_BATCH_INVARIANT", env.get("VLLM_BATCH_INVARIANT") in (None, "0"), "unset or '0'"
+        )
+    return problems
+
+
+def promise_message(evidence: Mapping[str, Any], switch: str, problems: list[str]) -> str:
+    """The routing finding's text for broken promises."""
+    state = "true" if switch == "enabled" else "false"
+    return (
+        f"verl promise broken: with rollout.full_determinism={state}, after verl's "
+        f"{describe_steps(evidence)}: " + "; ".join(problems)
+    )
+
+
+def describe(evidence: Mapping[str, Any], enabled: bool) -> str:
+    """How the switch was requested, for propagation messages."""
+    value = "1" if enabled else "0"
+    if evidence.get("provider") != "verl":
+        return f"VLLM_BATCH_INVARIANT={value}"
+    actual = (evidence.get("env") or {}).get("VLLM_BATCH_INVARIANT")
+    return (
+        f"verl rollout.full_determinism={'true' if enabled else 'false'} "
+        f"(VLLM_BATCH_INVARIANT={actual!r} as verl left it)"
+    )
+
+
+def describe_steps(evidence: Mapping[str, Any]) -> str:
+    """``driver ran, server ran`` or ``driver ran, server not run (why)``."""
+    server = evidence.get("server", "?")
+    return f"driver {evidence.get('driver', '?')}, server {server}"
+
+
+def rows(evidence: Mapping[str, Any]) -> dict[str, str]:
+    """Evidence as report rows (Hello.environment, report.json, doctor); empty for ``env``."""
+    if evidence.get("provider") != "verl":
+        return {}
+    state = "enabled" if evidence.get("full_determinism") else "disabled"
+    env = evidence.get("env") or {}
+    values = " ".join(
+        f"{name}={env[name]}" if env.get(name) is not None else f"{name} unset" for name in WATCHED
+    )
+    out = {
+        "switch_provider": "verl",
+        "verl": str(evidence.get("verl", "?")),
+        f"verl_{state}": (
+            f"rollout.full_determinism={str(bool(evidence.get('full_determinism'))).lower()} "
+            f"seed={evidence.get('seed')}; {describe_steps(evidence)}; then {values}"
+        ),
+    }
+    if evidence.get("vllm_alias"):
+        out["verl_vllm_alias"] = str(evidence["vllm_alias"])
+    return out
