@@ -4,7 +4,8 @@
   (b) the Hypothesis test through the isolated runner (one long-lived worker), as the suite runs it;
   (c) spawn-per-example: a fresh worker process for every example (the seed test's isolation).
 
-Goal: (b) within 1.5x of (a) and at least 50x faster than (c). Also the cold start of a
+Goal: (b) within 1.5x of (a) and at least 50x faster than (c). (d): what replacing a dead
+worker costs, forked (the default on CPU targets) vs spawned. Also the cold start of a
 `pytest --hypothesis-profile=cpu` session running one property test with one example, against the
 floor `python -c "import torch"`.
 
@@ -123,6 +124,21 @@ def spawn_per_example(cases_: list) -> float:
     return len(cases_) / (time.perf_counter() - start)
 
 
+def replacement_cost(fork: bool, n: int, case) -> float:
+    """Seconds per (kill the serving worker, run one example on its replacement): what each
+    failing replay of a crash costs while Hypothesis shrinks it."""
+    runner = Runner("cpu", fork=fork)
+    try:
+        runner.observe(PROP, case, "disabled")
+        start = time.perf_counter()
+        for _ in range(n):
+            runner._workers["disabled"].kill()
+            runner.observe(PROP, case, "disabled")
+        return (time.perf_counter() - start) / n
+    finally:
+        runner.close()
+
+
 def cold_start() -> tuple[float, float]:
     floor_start = time.perf_counter()
     subprocess.run([sys.executable, "-c", "import torch"], check=True)
@@ -162,6 +178,7 @@ def main() -> None:
     parser.add_argument("--examples", type=int, default=300)
     parser.add_argument("--spawn-examples", type=int, default=10)
     parser.add_argument("--rounds", type=int, default=10, help="interleaved rounds of (a), (b)")
+    parser.add_argument("--replacements", type=int, default=10, help="worker replacements timed")
     args = parser.parse_args()
     cases_ = draw_cases(args.examples)
     direct(cases_[:20])  # warm up the in-process kernels once
@@ -178,6 +195,8 @@ def main() -> None:
     runner.close()
     a, b = statistics.median(rates_a), statistics.median(rates_b)
     c = spawn_per_example(cases_[: args.spawn_examples])
+    forked = replacement_cost(True, args.replacements, cases_[0])
+    spawned = replacement_cost(False, args.replacements, cases_[0])
     session, floor = cold_start()
     h = statistics.median(rates_h)
     ratio = statistics.median(ratios)
@@ -189,6 +208,10 @@ def main() -> None:
           f"the isolation itself: that/(b) = {h / b:4.2f}x")  # fmt: skip
     print(f"(c) spawn per example:              {c:8.2f} examples/s   (b)/(c) = {b / c:5.1f}x "
           f"(goal >= 50x)")  # fmt: skip
+    print(
+        f"(d) replacing a dead worker: spawned {spawned * 1000:7.1f} ms, forked "
+        f"{forked * 1000:6.1f} ms: {spawned / forked:5.1f}x (a crash shrink pays it per replay)"
+    )
     print(
         f"cold start: one-example pytest session {session:.2f} s vs `import torch` "
         f"{floor:.2f} s: {session / floor:.1f}x"
