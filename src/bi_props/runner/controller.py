@@ -118,22 +118,21 @@ class _Channel:
         try:
             return receive(stream)
         except (EOFError, OSError):
-            code = self._exit_code()
-            raise WorkerCrash(
-                f"{self._describe(doing)}: the process died ({_signal_name(code)}).\n"
-                f"Last worker output:\n{self.stderr_tail()}"
-            ) from None
+            raise self._crash(doing, "the process died") from None
+
+    def _crash(self, doing: str, what: str) -> WorkerCrash:
+        code = self._exit_code()
+        return WorkerCrash(
+            f"{self._describe(doing)}: {what} ({_signal_name(code)}).\n"
+            f"Last worker output:\n{self.stderr_tail()}"
+        )
 
     def request(self, message: tuple, timeout_s: float, doing: str) -> Any:
         self.requests += 1
         try:
             send(self._outbox(), message)
         except (BrokenPipeError, OSError):
-            code = self._exit_code()
-            raise WorkerCrash(
-                f"{self._describe(doing)}: the process was already dead ({_signal_name(code)}).\n"
-                f"Last worker output:\n{self.stderr_tail()}"
-            ) from None
+            raise self._crash(doing, "the process was already dead") from None
         status, payload = self._receive(timeout_s, doing)
         if status == "internal":
             raise InternalError(f"{self._describe(doing)}: bi_props failed:\n{payload}")
