@@ -24,6 +24,12 @@ def _rows(hello: Hello) -> list[tuple[str, str]]:
             ("device", hello.device),
             ("kernel prefix", hello.kernel_prefix or "(none)"),
             ("covered ops", ", ".join(hello.covered) or "(none)"),
+            (
+                "new workers",
+                "forked from a loaded process (milliseconds)"
+                if hello.forkable
+                else f"spawned (not forked: {hello.fork_note})",
+            ),
         ]
         rows += sorted(hello.environment.items())
     return rows
