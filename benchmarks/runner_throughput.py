@@ -66,51 +66,40 @@ def direct(cases_: list) -> float:
     return len(cases_) / (time.perf_counter() - start)
 
 
+def hypothesis_loop(observe_case, n: int, round_seed: int, drawn: list) -> float:
+    """Examples/s of the suite's shape: a Hypothesis test drawing cases (appended to ``drawn``)
+    and judging each with ``observe_case(case) -> Observation``."""
+    strategy = cases(load_profile("dev"), OP, PROP)
+
+    @seed(round_seed)
+    @settings(max_examples=n, database=None, deadline=None,
+              suppress_health_check=list(HealthCheck))  # fmt: skip
+    @given(st.data())
+    def test(data):
+        case = data.draw(strategy)
+        drawn.append(case)
+        assert properties.determinism(observe_case(case)).ok
+
+    start = time.perf_counter()
+    test()
+    return len(drawn) / (time.perf_counter() - start)
+
+
 def in_process_hypothesis(n: int, round_seed: int) -> float:
     """(a'): the same Hypothesis test judged in this process: Hypothesis' own cost."""
     from bi_props.execute import observe
     from bi_props.targets.cpu import CpuTarget
 
     target = CpuTarget()
-    strategy = cases(load_profile("dev"), OP, PROP)
-    count = 0
-
-    @seed(round_seed)
-    @settings(max_examples=n, database=None, deadline=None,
-              suppress_health_check=list(HealthCheck))  # fmt: skip
-    @given(st.data())
-    def test(data):
-        nonlocal count
-        case = data.draw(strategy)
-        assert properties.determinism(observe(PROP, case, target, "disabled")).ok
-        count += 1
-
-    start = time.perf_counter()
-    test()
-    return count / (time.perf_counter() - start)
+    return hypothesis_loop(lambda case: observe(PROP, case, target, "disabled"), n, round_seed, [])
 
 
 def isolated_hypothesis(runner: Runner, n: int, round_seed: int, drawn: list) -> float:
-    """Examples/s of the suite's shape: a Hypothesis test drawing cases, judged through a
-    long-lived worker (started before the timing: a session pays it once, not per example)."""
-    space = load_profile("dev")
-    count = 0
-    strategy = cases(space, OP, PROP)
-
-    @seed(round_seed)
-    @settings(max_examples=n, database=None, deadline=None,
-              suppress_health_check=list(HealthCheck))  # fmt: skip
-    @given(st.data())
-    def test(data):
-        nonlocal count
-        case = data.draw(strategy)
-        drawn.append(case)
-        assert properties.determinism(runner.observe(PROP, case, "disabled")).ok
-        count += 1
-
-    start = time.perf_counter()
-    test()
-    return count / (time.perf_counter() - start)
+    """(b): judged through a long-lived worker (started before the timing: a session pays it
+    once, not per example)."""
+    return hypothesis_loop(
+        lambda case: runner.observe(PROP, case, "disabled"), n, round_seed, drawn
+    )
 
 
 def spawn_per_example(cases_: list) -> float:

@@ -35,7 +35,7 @@ import secrets
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime, timezone
@@ -703,16 +703,3 @@ def render_reports(out: Path, log: TextIO = sys.stderr) -> dict[str, Path]:
         return {}
     print("bi-props: reports: " + ", ".join(str(p) for p in written.values()), file=log, flush=True)
     return written
-
-
-def run_campaign(
-    targets: Iterable[str],
-    space: Space,
-    out: Path,
-    budget_s: float,
-    *,
-    seed: int | None = None,
-    resume: bool = False,
-    log: TextIO = sys.stderr,
-) -> int:
-    return Campaign(list(targets), space, out, budget_s, seed=seed, resume=resume, log=log).run()

@@ -35,6 +35,7 @@ from .campaign import (
     COVERAGE_FILE,
     DATABASE_DIR,
     REPORT_FILE,
+    Campaign,
     Ledger,
     controls_database,
     finding_from_dict,
@@ -295,8 +296,9 @@ class _TargetData:
     round_seed: int | None = None
 
 
-class RayCampaign:
-    """The Ray campaign driver; same directory layout, ledger and reports as the local one."""
+class RayCampaign(Campaign):
+    """The Ray campaign driver; same options, directory layout, ledger and reports as the local
+    one (it shares Campaign's set-up and replaces its ``run``)."""
 
     def __init__(
         self,
@@ -317,22 +319,23 @@ class RayCampaign:
         on_dispatch=None,
         write_reports: bool = True,
     ) -> None:
-        self.targets = list(dict.fromkeys(targets))
-        self.space = space
-        self.out = Path(out)
-        self.budget_s = budget_s
-        self.seed = seed
-        self.resume = resume
+        super().__init__(
+            targets,
+            space,
+            out,
+            budget_s,
+            seed=seed,
+            resume=resume,
+            log=log,
+            write_reports=write_reports,
+            known=known,
+        )
         self.address = address
         self.actors = actors
         self.device = device
-        self.log = log
-        self.known = list(known or [])
         self.shard_turns = shard_turns
         self.grace_s = grace_s
         self.on_dispatch = on_dispatch  # (campaign, slot, shard) -> None; tests kill actors here
-        self.write_reports = write_reports
-        self.ledger: Ledger | None = None
         self.slots: list[Slot] = []
         self.requeued: list[int] = []
         self.completed: list[int] = []

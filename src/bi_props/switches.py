@@ -17,13 +17,16 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from .targets import BUILTIN
+
 PROVIDER_ENV = "BI_PROPS_SWITCH_PROVIDER"  # how the choice reaches the workers
 PROVIDERS = ("env", "verl")
 DEFAULT = "env"
 
-# Built-in targets whose switch is VLLM_BATCH_INVARIANT as upstream reads it: verl's switch can
-# reach them. A third-party module target is switched by its own enable(), which verl never calls.
-READS_SWITCH_ENV = ("cpu", "vllm", "vllm-engine", "ascend")
+# The built-in targets read their switch from VLLM_BATCH_INVARIANT, as upstream does
+# (targets/base.py, switch_requested): verl's switch can reach them. A third-party module target
+# is switched by its own enable(), which verl never calls.
+READS_SWITCH_ENV = tuple(BUILTIN)
 
 # The variables verl promises (and PYTHONHASHSEED, recorded but not promised to the target).
 WATCHED = ("VLLM_BATCH_INVARIANT", "VERL_FULL_DETERMINISM", "VERL_SEED", "PYTHONHASHSEED")

@@ -36,6 +36,13 @@ def _png(figure) -> bytes:
     return buffer.getvalue()
 
 
+# Markers over the examples: the minimal failing case of a property, a control's smallest variant.
+_STAR = {"marker": "*", "s": 260, "color": "gold", "edgecolors": "black", "linewidths": 1.0,
+         "zorder": 5}  # fmt: skip
+_DIAMOND = {"marker": "D", "s": 70, "facecolors": "none", "edgecolors": "black",
+            "linewidths": 1.2, "zorder": 4}  # fmt: skip
+
+
 def _colour(outcome: str) -> str:
     return OUTCOME_COLOURS.get(outcome, OTHER_COLOUR)
 
@@ -79,32 +86,11 @@ def shape_space(data: ReportData, op: str) -> bytes:
                 label=outcome,
                 edgecolors="none",
             )
-        for prop, point in stars:
+        marked = [(point, f"minimal failing case: {prop}", _STAR) for prop, point in stars]
+        marked += [(point, "negative control: smallest variant", _DIAMOND) for point in diamonds]
+        for point, label, style in marked:
             if point and point[0] == dtype:
-                ax.scatter(
-                    [point[1]],
-                    [point[2]],
-                    marker="*",
-                    s=260,
-                    color="gold",
-                    edgecolors="black",
-                    linewidths=1.0,
-                    zorder=5,
-                    label=f"minimal failing case: {prop}",
-                )
-        for point in diamonds:
-            if point and point[0] == dtype:
-                ax.scatter(
-                    [point[1]],
-                    [point[2]],
-                    marker="D",
-                    s=70,
-                    facecolors="none",
-                    edgecolors="black",
-                    linewidths=1.2,
-                    zorder=4,
-                    label="negative control: smallest variant",
-                )
+                ax.scatter([point[1]], [point[2]], label=label, **style)
         ax.set_xscale("symlog", base=2, linthresh=1)
         ax.set_yscale("symlog", base=2, linthresh=1)
         ax.set_xlim(left=-0.3)
