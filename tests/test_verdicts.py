@@ -143,3 +143,34 @@ def test_a_fresh_process_confirms_only_the_same_property_and_kind() -> None:
     assert _confirm(Verdict(True)) == (False, "not reproduced: the case passed in a fresh worker")
     state, why = _confirm(WorkerStartFailure("import failed"))
     assert state is None and why.startswith("not confirmed: the fresh worker did not start")
+
+
+def test_a_kernel_right_only_when_replayed_is_a_flaky_finding(monkeypatch) -> None:
+    """End to end, real workers: tests/planted/planted_flaky.py through run_slice."""
+    import os
+    from pathlib import Path
+
+    planted = str(Path(__file__).resolve().parent / "planted")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([planted, os.environ.get("PYTHONPATH", "")]))
+    space = parse(
+        {
+            "ops": {"include": ["mm"]},
+            "dtypes": {"choices": ["float32"]},
+            "shapes": {"rows": {"min": 1, "max": 8}, "dim": {"min": 1, "max": 8}},
+            "runner": {"example_timeout_s": 30, "start_timeout_s": 120},
+        },
+        "test",
+        "test",
+    )
+    session = Session("planted_flaky", space)
+    try:
+        cell = Cell("mm", "reference", "enabled")
+        run_slice(session, cell, 10, None, seed=1)
+    finally:
+        session.close()
+    assert cell.done
+    [finding] = session.findings
+    assert (finding.op, finding.property, finding.switch) == ("mm", "reference", "enabled")
+    assert finding.kind == "flaky", finding.message
+    assert "replay of the same case in the same worker: passed" in finding.message
+    assert finding.reproduced_in_fresh_process is True, finding.confirmation
