@@ -359,7 +359,7 @@ def test_a_blind_control_is_flagged_in_every_report(tmp_path: Path, strict: bool
                 "case": None,
                 "message": "no batch_invariance violation seen in 200 examples",
             },
-        ],  # fmt: skip
+        ],
         "not_covered": [],
     }
     (tmp_path / "report.json").write_text(json.dumps(report))

@@ -106,9 +106,9 @@ def test_a_known_failure_does_not_stop_the_cell_from_finding_a_new_one() -> None
 
 def test_a_cell_with_only_a_known_failure_stays_live() -> None:
     session = session_judged_by(
-        lambda case, fresh: Verdict(False, "known", "mismatch")
-        if case.shape[0] >= 10
-        else Verdict(True)
+        lambda case, fresh: (
+            Verdict(False, "known", "mismatch") if case.shape[0] >= 10 else Verdict(True)
+        )
     )
     session.known = [KnownFailure("cpu", "mm", "reference", "enabled", "mismatch")]
     cell = Cell("mm", "reference", "enabled")
