@@ -393,7 +393,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
             )
         else:
             tr.line(
-                f"BLIND negative control {control.op} {control.property}: {control.message}: "
+                f"negative control {control.op} {control.property}: BLIND: {control.message}: "
                 "this run could not show it can see batch variance"
                 + ("" if session.strict_controls else " (--bi-strict-controls fails on this)"),
                 red=True,
