@@ -100,3 +100,27 @@ def test_bi_strategies_never_moves_the_rootdir(pytester: pytest.Pytester, tmp_pa
     joined = pytester.runpytest_subprocess(f"--bi-strategies={elsewhere}")
     assert joined.ret == pytest.ExitCode.OK
     assert f"rootdir: {pytester.path}" in joined.stdout.str()
+
+
+@pytest.mark.parametrize(("kind", "outcome"), [("mismatch", "xfailed"), ("crash", "failed")])
+def test_pytest_matches_known_failures_by_full_signature(
+    pytester: pytest.Pytester, monkeypatch, kind: str, outcome: str
+) -> None:
+    """A known-failures entry of another kind does not hide the cell's failure (it was xfail)."""
+    path = os.pathsep.join([str(PLANTED), os.environ.get("PYTHONPATH", "")])
+    monkeypatch.setenv("PYTHONPATH", path)
+    pytester.makefile(
+        ".toml",
+        space='[hypothesis]\nmax_examples = 5\n[ops]\ninclude = ["mm"]\n'
+        "[batch]\ncompanion_rows = { min = 64, max = 128 }\n"
+        '[shapes]\ndim = { min = 8, max = 16 }\n[dtypes]\nchoices = ["float32"]\n'
+        '[values]\nchoices = ["general"]\n',
+        known='[[known]]\ntarget = "planted_batch_variant"\nop = "mm"\n'
+        f'property = "batch_invariance"\nswitch = "enabled"\nkind = "{kind}"\n',
+    )
+    pytester.makepyfile(test_props="from bi_props.suite.test_properties import test_property\n")
+    result = pytester.runpytest_subprocess(
+        "--bi-target", "planted_batch_variant", "--bi-strategies=space.toml",
+        "--bi-known", "known.toml", "-p", "no:cacheprovider", "-k", "batch_invariance-enabled",
+    )  # fmt: skip
+    result.assert_outcomes(**{outcome: 1})
