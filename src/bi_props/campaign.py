@@ -722,8 +722,10 @@ class Campaign:
                     outcome = " -> still failing (known from a previous run)"
                 else:
                     outcome = " -> retired"
-            elif len(ledger.reseen) > reseen_before or len(ledger.new) > new_before:
-                outcome = " -> known failure seen again; the cell keeps exploring"
+            elif len(ledger.reseen) > reseen_before:
+                outcome = " -> still failing (known from a previous run); the cell keeps exploring"
+            elif len(ledger.new) > new_before:
+                outcome = " -> a known failure (recorded as known); the cell keeps exploring"
             ledger.progress(
                 f"round {state.round} | {target} | {cell.name}: {cell.examples} examples{outcome}",
                 examples(),
