@@ -6,7 +6,8 @@
 
 Goal: (b) within 1.5x of (a) and at least 50x faster than (c). (d): what replacing a dead
 worker costs, forked (the default on CPU targets) vs spawned. Also the cold start of a
-`pytest --hypothesis-profile=cpu` session running one property test with one example, against the
+`pytest --hypothesis-profile=cpu` session running one property test (the cpu profile's 25 examples:
+an explicit --hypothesis-profile wins over the strategies file's max_examples), against the
 floor `python -c "import torch"`.
 
     python benchmarks/runner_throughput.py [--examples 300] [--spawn-examples 10]
@@ -148,8 +149,7 @@ def cold_start() -> tuple[float, float]:
                 "-p",
                 "no:cacheprovider",
                 "--hypothesis-profile=cpu",
-                "--bi-strategies",
-                str(space),
+                f"--bi-strategies={space}",
                 "-k",
                 "mm-reference-enabled",
             ],
@@ -202,7 +202,7 @@ def main() -> None:
         f"{forked * 1000:6.1f} ms: {spawned / forked:5.1f}x (a crash shrink pays it per replay)"
     )
     print(
-        f"cold start: one-example pytest session {session:.2f} s vs `import torch` "
+        f"cold start: one-test (25-example) pytest session {session:.2f} s vs `import torch` "
         f"{floor:.2f} s: {session / floor:.1f}x"
     )
 

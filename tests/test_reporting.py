@@ -341,3 +341,36 @@ def test_without_matplotlib_the_html_says_how_to_get_plots(campaign_dir: Path, m
     assert "<img" not in html and "pip install 'bi_props[report]'" in html
     assert "mm reference [enabled]" in html  # the tables are still there
     ET.parse(campaign_dir / "junit.xml")
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_a_blind_control_is_flagged_in_every_report(tmp_path: Path, strict: bool) -> None:
+    report = {
+        "target": "cpu",
+        "status": "complete",
+        "strict_controls": strict,
+        "examples": 3,
+        "findings": [_finding("reference", target="cpu", kind="internal")],
+        "controls": [
+            {
+                "op": "mm",
+                "property": "batch_invariance",
+                "variance_seen": False,
+                "case": None,
+                "message": "no batch_invariance violation seen in 200 examples",
+            },
+        ],
+        "not_covered": [],
+    }
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    write_reports(tmp_path, plots=False)
+    markdown = (tmp_path / "report.md").read_text()
+    assert "| status | **complete** |" in markdown
+    assert "**1 blind control(s)" in markdown and "**NO (blind)**" in markdown
+    assert "NO VARIANCE SEEN" in (tmp_path / "report.html").read_text()
+    root = ET.parse(tmp_path / "junit.xml").getroot()
+    [control] = [c for c in root.iter("testcase") if "negative control" in c.get("name")]
+    flag = control.find("failure" if strict else "skipped")
+    assert flag is not None and flag.get("message").startswith("NO VARIANCE SEEN")
+    # A finding of kind internal (a bug of bi_props) is a JUnit error, not a failure.
+    assert root.get("errors") == "1"

@@ -44,7 +44,8 @@ from typing import Any, TextIO
 
 from .catalogue import controls as catalogue_controls
 from .fuzz import SLICE_EXAMPLES, Cell, Interrupted, _on_sigterm, cells_for, run_slice
-from .session import Finding, Session
+from .runner.controller import WorkerFailure
+from .session import INTERNAL, STATUS_INTERNAL, Finding, Session, target_status
 from .space import Space
 
 FINDINGS_FILE = "findings.jsonl"
@@ -197,6 +198,7 @@ class Ledger:
         self.runs: list[dict[str, Any]] = []
         self.cells: dict[str, CellStats] = {}
         self.interrupted = False
+        self.status = "running"  # report.json's "status" (session.py's STATUS_* values)
         self.extra: dict[str, Any] = {}
         self._cells_started: float | None = None
         self._cells_examples_start = 0
@@ -392,6 +394,10 @@ class Ledger:
             {
                 "target": ",".join(self.targets),
                 "targets": list(self.targets),
+                "status": self.status,
+                "internal_errors": [
+                    e for r in reports.values() for e in r.get("internal_errors", [])
+                ],
                 "profile": self.space.profile,
                 "strategies": self.space.source,
                 "examples": previous_examples + this_run,
@@ -446,6 +452,12 @@ class Ledger:
     def finish(self) -> None:
         """Close this run's record (state, report.json)."""
         reports = self._target_reports()
+        if self.status == "running":
+            internal = any(r.get("internal_errors") for r in reports.values())
+            internal = internal or any(f.kind == INTERNAL for f in self.findings)
+            self.status = (
+                STATUS_INTERNAL if internal else "interrupted" if self.interrupted else "complete"
+            )
         self.runs[-1].update(
             {
                 "finished": _now(),
@@ -459,12 +471,17 @@ class Ledger:
         self.write_report()
 
     def exit_status(self, report: dict[str, Any] | None = None) -> int:
-        """1 when the campaign holds a finding not marked known (or fixed and not seen again);
+        """3 when bi_props itself failed (a finding of kind internal, or an internal error);
+        else 1 when the campaign holds a finding not marked known (or fixed and not seen again);
         else 130 when interrupted, else 0."""
         from .reporting.data import finding_statuses
 
         report = report if report is not None else self.report()
         statuses = finding_statuses(report)
+        if report.get("status") == STATUS_INTERNAL or any(
+            s.failing and s.finding.get("kind") == INTERNAL for s in statuses
+        ):
+            return 3
         if any(s.failing for s in statuses):
             return 1
         return 130 if self.interrupted else 0
@@ -487,6 +504,12 @@ class CampaignSession(Session):
 
     ledger: Ledger | None = None
     round: int | None = None
+
+    def settled(self, signature: tuple) -> bool:
+        """Also settled: a signature the campaign already holds (from this run or an earlier)."""
+        if self.ledger is not None and self.ledger.known_signature((self.target, *signature)):
+            return True
+        return super().settled(signature)
 
     def record(self, finding: Finding) -> None:
         if self.ledger is None:
@@ -562,6 +585,7 @@ class Campaign:
         log: TextIO = sys.stderr,
         write_reports: bool = True,
         known: list | None = None,
+        strict_controls: bool = False,
     ) -> None:
         if not targets:
             raise ValueError("a campaign needs at least one target")
@@ -574,6 +598,7 @@ class Campaign:
         self.log = log
         self.write_reports = write_reports
         self.known = list(known or [])  # known.KnownFailure entries (re-checked at the start)
+        self.strict_controls = strict_controls  # recorded in the report (its flags say so)
         self.ledger: Ledger | None = None
 
     def run(self) -> int:
@@ -597,6 +622,7 @@ class Campaign:
             session.ledger = ledger
             session.report_path = self.out / REPORT_FILE
             session.known = list(self.known)
+            session.strict_controls = self.strict_controls
             states[target] = _TargetState(session, cells_for(self.space))
             for cell in states[target].cells:  # every cell is in the report, run or not
                 ledger.cell(target, cell.op, cell.prop, cell.switch)
@@ -618,6 +644,7 @@ class Campaign:
                             f"bi-props: target {target!r} is {hello.status}:\n{hello.message}",
                             file=self.log,
                         )
+                        ledger.status = target_status(hello.status)
                         status = 2
                         return status
                     if state.session.known:
@@ -627,13 +654,23 @@ class Campaign:
                         if time.monotonic() >= deadline:
                             break
                         control = state.session.control(op, prop)
-                        seen = "variance seen" if control.variance_seen else "none seen"
+                        seen = (
+                            "variance seen"
+                            if control.variance_seen
+                            else "NO VARIANCE SEEN: this control is blind (see the report)"
+                        )
                         ledger.progress(f"{target} | control {op} {prop}: {seen}", examples())
                 ledger.cells_phase(examples())
                 self._cells(states, ledger, database, deadline, examples)
         except (KeyboardInterrupt, Interrupted):
             ledger.interrupted = True
             ledger.progress("interrupted: writing the report", examples())
+        except WorkerFailure:  # a worker that did not start
+            ledger.status = target_status("broken")
+            raise
+        except Exception:
+            ledger.status = STATUS_INTERNAL
+            raise
         finally:
             signal.signal(signal.SIGTERM, previous)
             ledger.cells_phase_end(examples())
@@ -685,6 +722,10 @@ class Campaign:
                     outcome = " -> still failing (known from a previous run)"
                 else:
                     outcome = " -> retired"
+            elif len(ledger.reseen) > reseen_before:
+                outcome = " -> still failing (known from a previous run); the cell keeps exploring"
+            elif len(ledger.new) > new_before:
+                outcome = " -> a known failure (recorded as known); the cell keeps exploring"
             ledger.progress(
                 f"round {state.round} | {target} | {cell.name}: {cell.examples} examples{outcome}",
                 examples(),

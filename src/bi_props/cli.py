@@ -1,11 +1,15 @@
 """The ``bi-props`` command: fuzz | doctor | repro | promote | report.
 
-Exit status: 0 clean, 1 findings (or, for doctor, a target that cannot run), 2 usage errors.
+Exit status: 0 clean, 1 findings (or, for doctor, a target that cannot run; or, with
+--strict-controls, a negative control that saw no variance), 2 usage errors (and a target that
+cannot start), 3 bi_props itself failed (a finding of kind internal).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import os
 import sys
 from collections.abc import Iterator
@@ -31,6 +35,11 @@ def _parser() -> argparse.ArgumentParser:
     fuzz.add_argument("--budget", type=float, default=60.0, metavar="SECONDS")
     _switch_option(fuzz)
     fuzz.add_argument("--out", type=Path, default=Path("bi_props-out"), metavar="DIR")
+    fuzz.add_argument(
+        "--strict-controls",
+        action="store_true",
+        help="a negative control that saw no batch variance fails the run (exit 1)",
+    )
     fuzz.add_argument("--ops", default=None, help="comma-separated catalogue ops (default: all)")
     fuzz.add_argument("--profile", default="cpu", help="bundled search space to use")
     fuzz.add_argument("--strategies", type=Path, default=None, help="a search-space TOML file")
@@ -158,8 +167,8 @@ def _usage(message: str) -> int:
 
 
 def _fuzz(args: argparse.Namespace) -> int:
-    if args.budget <= 0:
-        return _usage("--budget must be positive")
+    if not math.isfinite(args.budget) or args.budget <= 0:
+        return _usage(f"--budget {args.budget}: must be a positive, finite number of seconds")
     if args.ray_actors is not None and args.ray_actors < 1:
         return _usage("--ray-actors must be at least 1")
     space = _space(args)
@@ -180,8 +189,86 @@ def _fuzz(args: argparse.Namespace) -> int:
             f"--switch {provider} is not supported with --ray: the Ray actors' workers would not "
             f"receive it; run without --ray"
         )
-    with _provider(args.switch):
-        return _run_fuzz(args, space, known, targets)
+    problem = _out_problem(args.out)
+    if problem is not None:
+        return _usage(problem)
+    try:
+        lock = OutputLock(args.out)
+    except OutputLocked as exc:
+        return _usage(str(exc))
+    with lock, _provider(args.switch):
+        code = _run_fuzz(args, space, known, targets)
+    if args.strict_controls and code in (0, 130):
+        blind = _blind_controls(args.out)
+        if blind:
+            print(
+                f"bi-props: --strict-controls: {len(blind)} negative control(s) saw no batch "
+                f"variance ({', '.join(blind)}): the run fails",
+                file=sys.stderr,
+            )
+            return 1
+    return code
+
+
+def _out_problem(out: Path) -> str | None:
+    """Why ``--out`` cannot be the campaign's directory (None when it can): one line."""
+    if out.exists() and not out.is_dir():
+        return f"--out {out}: exists and is not a directory; choose a directory path"
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return f"--out {out}: cannot create the directory ({exc.strerror}); choose another path"
+    if not os.access(out, os.W_OK | os.X_OK):
+        return f"--out {out}: the directory is not writable; choose another path or fix its rights"
+    return None
+
+
+class OutputLocked(Exception):
+    """Another campaign holds the output directory's lock."""
+
+
+class OutputLock:
+    """``DIR/.bi_props.lock``, held (``fcntl.flock``) while a campaign runs in ``DIR``: a second
+    campaign on the same directory is refused instead of both writing (last writer wins). The
+    lock ends with the process, so a later run may resume the directory."""
+
+    NAME = ".bi_props.lock"
+
+    def __init__(self, out: Path) -> None:
+        import fcntl
+
+        self.path = out / self.NAME
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.read(self.fd, 64).decode(errors="replace").strip() or "unknown"
+            os.close(self.fd)
+            raise OutputLocked(
+                f"--out {out}: another campaign (pid {holder}) is running in this directory; "
+                f"wait for it to end (then --resume) or choose another --out"
+            ) from None
+        os.ftruncate(self.fd, 0)
+        os.write(self.fd, str(os.getpid()).encode())
+
+    def __enter__(self) -> OutputLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self.fd)  # releases the lock; the file stays (it only names the last holder)
+
+
+def _blind_controls(out: Path) -> list[str]:
+    """The negative controls in DIR/report.json that saw no variance ("target op property")."""
+    try:
+        report = json.loads((out / "report.json").read_text())
+    except (OSError, ValueError):
+        return []
+    return [
+        f"{c.get('target', report.get('target'))} {c.get('op')} {c.get('property')}"
+        for c in report.get("controls", [])
+        if not c.get("variance_seen")
+    ]
 
 
 @contextmanager
@@ -226,12 +313,29 @@ def _run_fuzz(args: argparse.Namespace, space, known, targets: list[str]) -> int
         from .campaign import Campaign
 
         campaign = Campaign(
-            targets, space, args.out, args.budget, seed=args.seed, resume=args.resume, known=known
+            targets,
+            space,
+            args.out,
+            args.budget,
+            seed=args.seed,
+            resume=args.resume,
+            known=known,
+            strict_controls=args.strict_controls,
         )
         return campaign.run()
     except WorkerFailure as exc:
         print(f"bi-props: a worker for {targets} failed to start:\n{exc}", file=sys.stderr)
         return 2
+    except Exception:  # bi_props' own error: loud, with its traceback, and exit 3
+        import traceback
+
+        traceback.print_exc()
+        print(
+            "bi-props: INTERNAL ERROR: bi_props itself failed (a bug of bi_props, not a finding "
+            "about the target); the report so far is in --out",
+            file=sys.stderr,
+        )
+        return 3
 
 
 def _report(args: argparse.Namespace) -> int:

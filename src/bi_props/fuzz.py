@@ -3,21 +3,29 @@
 A cell is (op, property, switch state); a slice runs up to ``SLICE_EXAMPLES`` examples of it as one
 Hypothesis run with its own seed and the campaign's example database (stable key per cell, so past
 failures replay first). A failing slice is shrunk, confirmed in a fresh worker and recorded by the
-session, and retires the cell. campaign.py (local) and ray_runner.py (Ray actors) drive them.
+session, and retires the cell, unless its signature was settled (a known failure): then the cell
+keeps exploring. campaign.py (local) and ray_runner.py (Ray actors) drive them.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 from .catalogue import cells
-from .runner.controller import InternalError
-from .session import Failure, Session, case_size, is_final_replay
+from .session import (
+    FLAKY,
+    INTERNAL,
+    Failure,
+    Session,
+    case_size,
+    internal_message,
+    is_final_replay,
+)
 from .space import Space
 
 SLICE_EXAMPLES = 10
@@ -30,6 +38,7 @@ class Cell:
     switch: str
     examples: int = 0
     done: bool = False
+    turns: int = 0  # slices run in this process (the first replays the example database)
 
     @property
     def name(self) -> str:
@@ -68,19 +77,31 @@ def run_slice(
     seed: int | None,
     stop_at: float | None = None,
 ) -> int:
-    """Run up to ``examples`` examples of one cell; return how many ran. Failures are recorded by
-    the session on Hypothesis' final replay and retire the cell.
+    """Run up to ``examples`` examples of one cell; return how many ran. Every failure becomes a
+    finding: recorded by the session on Hypothesis' final replay; a failure that did not happen
+    again on replay is a finding of kind ``flaky`` (both observations in its message); an error
+    of bi_props itself is a finding of kind ``internal``. A new finding retires the cell for the
+    run; a failure whose signature is settled (a known failure, or one already recorded) does
+    not: later turns skip that signature and keep exploring the cell.
 
     ``stop_at`` (``time.monotonic()``) bounds shrinking: once a failure was seen, an example that
     would start after it ends the slice, and each failure is recorded with the smallest failing
     case seen so far (``Finding.shrink`` says so). A crash or hang costs a worker replacement per
     failing replay, and a hang the whole example timeout: without the bound, one hang could eat a
-    campaign's budget many times over. SIGTERM or Ctrl-C during a shrink likewise records the
-    smallest case seen (unconfirmed: there may be no time for a fresh process) and re-raises."""
+    campaign's budget many times over. SIGTERM or Ctrl-C during a shrink records the smallest
+    case seen (unconfirmed: there may be no time for a fresh process) and re-raises."""
     count = 0
     strategy = session.strategy(cell.op, cell.prop)
     smallest: dict[tuple, Failure] = {}  # failure signature -> smallest failing case seen
+    settled: dict[tuple, bool] = {}  # failure signature -> settled when first seen this slice
+    replayed: set[tuple] = set()  # signatures that failed again on the final replay (recorded)
     started = time.monotonic()
+    # The first turn of a cell replays the example database (past failures first; they fail and
+    # are recorded as still failing). Later turns skip settled signatures instead of stopping at
+    # them, and do not replay the database: a skipped failure would be deleted from it.
+    first_turn = cell.turns == 0
+    cell.turns += 1
+    is_settled = getattr(session, "settled", lambda signature: False)
 
     @settings(
         max_examples=examples,
@@ -90,7 +111,11 @@ def run_slice(
         print_blob=False,
         suppress_health_check=list(HealthCheck),
         # no explain phase: it replays the failure many times (a crash: a worker restart each)
-        phases=[phase for phase in Phase if phase != Phase.explain],
+        phases=[
+            phase
+            for phase in Phase
+            if phase != Phase.explain and (first_turn or phase != Phase.reuse)
+        ],
     )
     @given(data=st.data())
     def slice_test(data):
@@ -106,9 +131,13 @@ def run_slice(
         except Exception:
             failure = session.last_failure
             if failure is not None:
-                kept = smallest.get(failure.signature())
+                signature = failure.signature()
+                settled.setdefault(signature, is_settled(signature))
+                if is_final_replay():
+                    replayed.add(signature)
+                kept = smallest.get(signature)
                 if kept is None or case_size(failure.case) < case_size(kept.case):
-                    smallest[failure.signature()] = failure
+                    smallest[signature] = failure
             raise
 
     key = database_key(session.target, cell.op, cell.prop, cell.switch)
@@ -123,10 +152,9 @@ def run_slice(
         slice_test._hypothesis_internal_use_settings = settings(
             slice_test._hypothesis_internal_use_settings, database=database
         )
+    session.skip_settled = not first_turn
     try:
         slice_test()
-    except InternalError:
-        raise
     except BudgetSpent:
         spent = time.monotonic() - started
         for failure in smallest.values():
@@ -135,7 +163,7 @@ def run_slice(
                 shrink=f"stopped at the end of the budget after {spent:.0f} s of this cell: "
                 "the smallest failing case seen, not necessarily minimal",
             )
-        cell.done = True
+        cell.done = not all(settled.values())
     except (KeyboardInterrupt, Interrupted):
         for failure in smallest.values():
             session.finalize(
@@ -144,6 +172,32 @@ def run_slice(
                 confirm=False,
             )
         raise
-    except Exception:  # a finding (PropertyFailed, WorkerFailure, or several at once)
-        cell.done = True
+    except Exception as exc:  # findings (PropertyFailed, WorkerFailure, several), or Flaky
+        for signature, failure in smallest.items():
+            if signature not in replayed:  # did not fail again when replayed: flaky
+                _record_flaky(session, failure)
+        if not smallest:  # an error outside any example: bi_props' own, never a silent retire
+            session.internal(f"{cell.name}: the search stopped: {internal_message(exc)}")
+        cell.done = not smallest or not all(settled.values())
+    finally:
+        session.skip_settled = False
     return count
+
+
+def _record_flaky(session: Session, failure: Failure) -> None:
+    """A failure that passed when Hypothesis replayed the very same case: a ``flaky`` finding
+    (nondeterminism: an atomic reduction, a race, a cache) with both observations. bi_props'
+    own errors stay ``internal``."""
+    kind = INTERNAL if failure.kind == INTERNAL else FLAKY
+    message = (
+        f"first run of the case: {failure.prop} [{failure.switch}] failed ({failure.kind}):\n"
+        f"{failure.message}\n\n"
+        f"replay of the same case in the same worker: passed. The result depends on more than "
+        f"the inputs (nondeterminism), so Hypothesis could not reproduce it."
+    )
+    flaky = replace(failure, kind=kind, message=message)
+    session.finalize(
+        flaky,
+        shrink="not shrunk: the failure did not replay (flaky); the case as first seen",
+        confirm_kind=failure.kind,
+    )

@@ -59,6 +59,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "cases that pass again as fixed",
     )
     group.addoption(
+        "--bi-strict-controls",
+        action="store_true",
+        default=False,
+        help="a negative control that saw no batch variance fails (default: flagged in the "
+        "summary and the report, not failed)",
+    )
+    group.addoption(
         "--bi-regressions",
         default=None,
         metavar="PATH",
@@ -125,6 +132,10 @@ class BiPropsState:
             report = self.config.getoption("bi_report")
             self._session.report_path = Path(report) if report else None
             self._session.known = self.known
+            self._session.strict_controls = self.config.getoption("bi_strict_controls")
+            # A known failure (by full signature) is recorded once and skipped: the cell keeps
+            # exploring for other signatures instead of ending at the known one.
+            self._session.skip_settled = bool(self._session.known)
         return self._session
 
     @property
@@ -157,7 +168,43 @@ def _active_profile(config: pytest.Config) -> str:
     return settings.get_current_profile_name()
 
 
+def _check_rootdir(config: pytest.Config) -> None:
+    """``--bi-strategies PATH`` (space form) must not move pytest's rootdir. pytest picks its
+    rootdir before plugins register their options, so it reads PATH as a test path; where that
+    changed the rootdir, refuse the run with the fix (the ``=`` form is never read as a path)."""
+    args = [str(a) for a in config.invocation_params.args]
+    values = [args[i + 1] for i, a in enumerate(args[:-1]) if a == "--bi-strategies"]
+    if not values:
+        return
+    rest, skip = [], False
+    for a in args:
+        if not skip and a != "--bi-strategies":
+            rest.append(a)
+        skip = a == "--bi-strategies"
+    try:
+        from _pytest.config.findpaths import determine_setup
+
+        early = config._parser.parse_known_args(rest)
+        rootpath = determine_setup(
+            inifile=early.inifilename,
+            override_ini=early.override_ini,
+            args=early.file_or_dir,
+            rootdir_cmd_arg=early.rootdir or None,
+            invocation_dir=config.invocation_params.dir,
+        )[0]
+        if Path(rootpath) == Path(config.rootpath):
+            return
+    except Exception:  # another pytest: cannot tell, so refuse the ambiguous form
+        pass
+    raise pytest.UsageError(
+        f"bi_props: write --bi-strategies={values[0]} (with '='): in the form "
+        f"'--bi-strategies {values[0]}' pytest reads the path as a test path when it chooses "
+        f"its rootdir (here {config.rootpath})"
+    )
+
+
 def pytest_configure(config: pytest.Config) -> None:
+    _check_rootdir(config)
     config.stash[_KEY] = BiPropsState(config)
     config.addinivalue_line("markers", "bi_props: a batch-invariance property test")
 
@@ -258,25 +305,47 @@ def bi_props_session(request: pytest.FixtureRequest):
     return request.config.stash[_KEY].session
 
 
+_FINDINGS_AT = pytest.StashKey[int]()
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item):
+    """Remember where the session's findings stood, to know which this test recorded."""
+    state = item.config.stash.get(_KEY, None)
+    if state is not None and state._session is not None:
+        item.stash[_FINDINGS_AT] = len(state._session.findings)
+    return (yield)
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
-    """A failure of a cell listed in the known-failures file is reported as xfail (known)."""
+    """Known failures by full signature (target, op, property, switch, kind, error type): a
+    test whose findings are all known is reported as xfail (known); any other finding fails it.
+    A failure that did not replay (Hypothesis' Flaky) is recorded as a ``flaky`` finding."""
     report = yield
     state = item.config.stash.get(_KEY, None)
-    params = getattr(getattr(item, "callspec", None), "params", {})
-    if report.when != "call" or not report.failed or state is None or state._session is None:
+    if report.when != "call" or state is None or state._session is None:
         return report
-    if "bi_regression" in params:
-        r = params["bi_regression"]
-        cell = (r.op, r.property, r.switch)
-    elif "bi_op" in params:
-        cell = (params["bi_op"], params["bi_property"], params["bi_switch"])
-    else:
+    session = state._session
+    if report.failed and call.excinfo is not None and session.last_failure is not None:
+        from hypothesis.errors import Flaky
+
+        if call.excinfo.errisinstance(Flaky):
+            from .fuzz import _record_flaky
+
+            _record_flaky(session, session.last_failure)
+    start = item.stash.get(_FINDINGS_AT, len(session.findings))
+    found = session.findings[start:]
+    if not found or report.skipped:
         return report
-    known = state._session.known_for(*cell)
-    if known is not None:
+    if all(f.status == "known" for f in found):
+        reasons = []
+        for f in found:
+            entry = next((k for k in session.known if k.matches(f.signature())), None)
+            if entry is not None:
+                reasons.append(f"{entry.reason or 'listed'} {entry.link}".strip())
         report.outcome = "skipped"
-        report.wasxfail = f"known failure: {known.reason or 'listed'} {known.link}".strip()
+        report.wasxfail = "known failure: " + "; ".join(dict.fromkeys(reasons))
     return report
 
 
@@ -323,7 +392,15 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
                 f"switch off; smallest case: {control.case}"
             )
         else:
-            tr.line(f"negative control {control.op} {control.property}: {control.message}")
+            tr.line(
+                f"negative control {control.op} {control.property}: BLIND: {control.message}: "
+                "this run could not show it can see batch variance"
+                + ("" if session.strict_controls else " (--bi-strict-controls fails on this)"),
+                red=True,
+                bold=True,
+            )
+    for message in session.internal_errors:
+        tr.line(f"INTERNAL ERROR (a bug of bi_props): {message}", red=True, bold=True)
     for entry in session.known_status:
         color = {"fixed": {"green": True}, "known": {"yellow": True}}.get(entry["status"], {})
         tr.line(
@@ -339,13 +416,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     for op, why in session.not_covered.items():
         tr.line(f"not covered: {op}: {why}", yellow=True)
     for f in session.findings:
-        fresh = {True: "reproduced", False: "NOT reproduced", None: "not re-run"}[
-            f.reproduced_in_fresh_process
-        ]
+        loud = "INTERNAL ERROR (a bug of bi_props) " if f.kind == "internal" else ""
         tr.line(
-            f"finding: {f.op} {f.property} [{f.switch}] {f.kind} ({fresh} in a fresh "
-            f"process): {f.case}",
+            f"{loud}finding: {f.op} {f.property} [{f.switch}] {f.kind} "
+            f"({f.confirmation or 'not confirmed'}): {f.case}",
             red=True,
+            bold=bool(loud),
         )
     if session.report_path is not None:
         tr.line(f"report: {session.report_path}")

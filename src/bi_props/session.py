@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+import traceback
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,13 +21,33 @@ from . import properties, switches
 from .case import Case
 from .known import KnownFailure
 from .observation import Hello
-from .runner.controller import InternalError, Runner, WorkerFailure
+from .runner.controller import InternalError, Runner, WorkerFailure, WorkerStartFailure
 from .space import Space
 from .strategies import cases
+
+INTERNAL = "internal"  # bi_props itself failed (controller side, or InternalError in a worker)
+FLAKY = "flaky"  # a failure that did not happen again when Hypothesis replayed the same case
+
+# report.json's "status": a plain string, set in one place per run (Session.status, or the
+# campaign's Ledger.status). "running" while the run is on; others may add values.
+STATUS_RUNNING = "running"
+STATUS_COMPLETE = "complete"
+STATUS_INTERRUPTED = "interrupted"
+STATUS_INTERNAL = "internal error"
+
+
+def target_status(hello_status: str) -> str:
+    """The run status for a target that cannot run: "target missing" or "target broken"."""
+    return f"target {hello_status}"
 
 
 class PropertyFailed(AssertionError):
     """A property does not hold for a case (a mismatch, or an exception where none belongs)."""
+
+
+class InternalFailure(Exception):
+    """bi_props failed while running or judging an example: a bug of ours, recorded as a finding
+    of kind ``internal`` (never mistaken for a pass, never for the target's bug)."""
 
 
 @dataclass
@@ -38,6 +59,9 @@ class Finding:
     kind: str
     case: str
     message: str
+    # True: the same property failed with the same kind in a brand-new worker; False: it ran there
+    # and passed, or failed otherwise; None: not confirmed (not re-run, or the worker did not
+    # start). ``confirmation`` says which, in words.
     reproduced_in_fresh_process: bool | None
     error_type: str | None = None
     reproducer: str | None = None
@@ -45,6 +69,7 @@ class Finding:
     # "complete": Hypothesis' minimal case. Otherwise why shrinking stopped early (the budget was
     # spent, or the run was interrupted): the case is then the smallest failing one seen.
     shrink: str = "complete"
+    confirmation: str = ""
 
     def signature(self) -> tuple:
         return (self.target, self.op, self.property, self.switch, self.kind, self.error_type)
@@ -108,6 +133,15 @@ class Session:
     _strategies: dict = field(default_factory=dict, repr=False)
     examples_log: list[dict] = field(default_factory=list, repr=False)
     last_failure: Failure | None = field(default=None, repr=False)
+    status: str = STATUS_RUNNING  # report.json's "status"; close() turns "running" to "complete"
+    strict_controls: bool = False  # a control that saw no variance is a failure (reports say so)
+    # Errors of bi_props that are no finding of one case (e.g. a search that could not run).
+    internal_errors: list[str] = field(default_factory=list)
+    # Failure signatures skipped (not raised) because they were settled: (op, prop, switch) -> n.
+    skipped_known: dict[tuple, int] = field(default_factory=dict, repr=False)
+    # On: a failure whose signature is settled (``settled``) lets the example pass, so the search
+    # goes on for other signatures. Set by the drivers (pytest plugin, run_slice).
+    skip_settled: bool = False
 
     def __repr__(self) -> str:  # Hypothesis prints the fixture in every falsifying example
         return f"<bi_props session: target {self.target!r}, space {self.space.source}>"
@@ -166,10 +200,20 @@ class Session:
             verdict = self.judge(op, prop, switch, case)
         except WorkerFailure as failure:
             self._note_example(op, prop, switch, case, failure.kind)
-            self._failed(
-                Failure(op, prop, switch, case, failure.kind, str(failure), type(failure).__name__)
-            )
+            kind, error_type = failure.kind, type(failure).__name__
+            found = Failure(op, prop, switch, case, kind, str(failure), error_type)
+            if self._skip_settled(found):
+                return
+            self._failed(found)
             raise
+        except Exception as exc:  # InternalError from a worker, or a bug in a judge: ours
+            self._note_example(op, prop, switch, case, INTERNAL)
+            message, error_type = internal_message(exc), type(exc).__name__
+            found = Failure(op, prop, switch, case, INTERNAL, message, error_type)
+            if self._skip_settled(found):
+                return
+            self._failed(found)
+            raise InternalFailure(f"{prop} [{switch}] on {op}: {found.message}") from exc
         self._note_example(op, prop, switch, case, "ok" if verdict.ok else verdict.kind)
         if verdict.kind == "not_covered":
             self.not_covered.setdefault(op, verdict.message)
@@ -179,9 +223,10 @@ class Session:
         if switch == "enabled" and not self.covered(op):
             self.not_covered.setdefault(op, f"{prop} fails, but the target does not claim {op}")
             return
-        self._failed(
-            Failure(op, prop, switch, case, verdict.kind, verdict.message, verdict.error_type)
-        )
+        found = Failure(op, prop, switch, case, verdict.kind, verdict.message, verdict.error_type)
+        if self._skip_settled(found):
+            return
+        self._failed(found)
         raise PropertyFailed(f"{prop} [{switch}] on {op}:\n{verdict.message}")
 
     def _note_example(self, op: str, prop: str, switch: str, case: Case, outcome: str) -> None:
@@ -215,19 +260,59 @@ class Session:
             f.writelines(json.dumps(line) + "\n" for line in self.examples_log)
         self.examples_log.clear()
 
+    # -- settled signatures: a known failure does not stop the search ---------------------------
+
+    def settled(self, signature: tuple) -> bool:
+        """Is a failure signature (``Failure.signature()``) already accounted for: listed in the
+        known-failures file, or already recorded by this session?"""
+        full = (self.target, *signature)
+        return any(k.matches(full) for k in self.known) or any(
+            f.signature() == full for f in self.findings
+        )
+
+    def _skip_settled(self, failure: Failure) -> bool:
+        """When ``skip_settled`` is on and the failure's signature is settled, note it (the first
+        time, a known-failures match is recorded as a *known* finding, unshrunk) and let the
+        example pass, so that the cell keeps exploring for other signatures."""
+        if not self.skip_settled or not self.settled(failure.signature()):
+            return False
+        cell = (failure.op, failure.prop, failure.switch)
+        self.skipped_known[cell] = self.skipped_known.get(cell, 0) + 1
+        full = (self.target, *failure.signature())
+        if not any(f.signature() == full for f in self.findings):
+            self.finalize(
+                failure,
+                shrink="not shrunk: a known failure, skipped so that the cell keeps exploring",
+                confirm=False,
+            )
+        _note("A known failure (its signature is settled): skipped, the search goes on.")
+        return True
+
     def _failed(self, failure: Failure) -> None:
         """Remember the failure; on Hypothesis' final replay (the minimal case) record it."""
         self.last_failure = failure
         if is_final_replay():
             self.finalize(failure)
 
-    def finalize(self, failure: Failure, shrink: str = "complete", confirm: bool = True) -> None:
+    def finalize(
+        self,
+        failure: Failure,
+        shrink: str = "complete",
+        confirm: bool = True,
+        confirm_kind: str | None = None,
+    ) -> None:
         """Record a failure as a finding: re-run it in a brand-new worker (unless ``confirm`` is
         False: an interrupted run records at once), match the known failures, and write a
-        standalone reproducer."""
+        standalone reproducer. The fresh run confirms only the same property failing with the
+        same kind (``confirm_kind``: the kind first seen, for a flaky finding)."""
         op, prop, switch, case = failure.op, failure.prop, failure.switch, failure.case
-        reproduced = self._reproduces_fresh(op, prop, switch, case) if confirm else None
-        _note(f"Reproduced in a fresh worker process: {reproduced}")
+        if confirm:
+            reproduced, confirmation = self._reproduces_fresh(
+                op, prop, switch, case, confirm_kind or failure.kind
+            )
+        else:
+            reproduced, confirmation = None, "not confirmed: not re-run in a fresh process"
+        _note(f"Fresh worker process: {confirmation}")
         finding = Finding(
             self.target,
             op,
@@ -239,7 +324,10 @@ class Session:
             reproduced,
             failure.error_type,
             shrink=shrink,
+            confirmation=confirmation,
         )
+        if finding.kind == INTERNAL:
+            self.status = STATUS_INTERNAL
         if any(k.matches(finding.signature()) for k in self.known):
             finding.status = "known"
             _note("This failure is listed as a known failure.")
@@ -249,12 +337,26 @@ class Session:
             _note(f"Standalone reproducer: {finding.reproducer}")
         self.record(finding)
 
-    def _reproduces_fresh(self, op: str, prop: str, switch: str, case: Case) -> bool:
+    def _reproduces_fresh(
+        self, op: str, prop: str, switch: str, case: Case, kind: str
+    ) -> tuple[bool | None, str]:
+        """(reproduced, why): True only for the same property failing with the same ``kind``;
+        None when the fresh worker could not start (nothing was observed)."""
         try:
             verdict = self.judge(op, prop, switch, case, fresh=True)
-        except WorkerFailure:
-            return True
-        return not verdict.ok
+        except WorkerStartFailure as exc:
+            return None, f"not confirmed: the fresh worker did not start: {_first_line(exc)}"
+        except WorkerFailure as exc:
+            seen = exc.kind
+        except Exception:
+            seen = INTERNAL
+        else:
+            if verdict.ok:
+                return False, "not reproduced: the case passed in a fresh worker"
+            seen = verdict.kind
+        if seen == kind:
+            return True, f"reproduced: {prop} failed with {kind} in a fresh worker"
+        return False, f"not reproduced: a fresh worker failed with {seen}, not {kind}"
 
     def write_reproducer(self, finding: Finding, case: Case) -> str | None:
         """A standalone script beside the report (``repro/``); None where none can be written."""
@@ -372,6 +474,9 @@ class Session:
             "controls": [asdict(c) for c in self.controls],
             "not_covered": [{"op": op, "reason": why} for op, why in self.not_covered.items()],
             "known": self.known_status,
+            "status": self.status,
+            "strict_controls": self.strict_controls,
+            "internal_errors": list(self.internal_errors),
         }
 
     def write_report(self) -> None:
@@ -382,10 +487,32 @@ class Session:
         tmp.write_text(json.dumps(self.report(), indent=2, default=str))
         tmp.replace(self.report_path)
 
+    def internal(self, message: str) -> None:
+        """An error of bi_props that is no finding of one case: kept, and the run's status."""
+        self.internal_errors.append(message)
+        self.status = STATUS_INTERNAL
+        self.write_report()
+
     def close(self) -> None:
+        if self.status == STATUS_RUNNING:
+            self.status = STATUS_COMPLETE
         self.flush_examples()
         self.write_report()
         self.runner.close()
+
+
+def internal_message(exc: BaseException) -> str:
+    """What a finding of kind ``internal`` says: a bug of bi_props, with its traceback."""
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__)).rstrip()
+    return (
+        f"bi_props itself failed ({type(exc).__name__}: {exc}); this is a bug of bi_props, not "
+        f"a finding about the target. Please report it with this traceback:\n{text}"
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
 
 
 def _note(text: str) -> None:

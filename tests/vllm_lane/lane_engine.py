@@ -150,7 +150,7 @@ def engine_run(tmp_path_factory) -> SuiteRun:
     command = [
         sys.executable, "-c", BOOT, str(STRATEGIES), PROFILE,
         str(suite_file()), f"--hypothesis-profile={PROFILE}",
-        "--bi-target", "vllm-engine", "--bi-strategies", str(STRATEGIES),
+        "--bi-target", "vllm-engine", f"--bi-strategies={STRATEGIES}",
     ]  # fmt: skip
     env = dict(os.environ)
     env["BI_PROPS_ENGINE_DIR"] = str(out / "tiny-llama")  # written by the workers, fresh

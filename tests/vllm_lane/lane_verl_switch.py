@@ -127,7 +127,7 @@ def suite(tmp_path_factory) -> SuiteRun:
     out = tmp_path_factory.mktemp("verl-lane")
     command = pytest_command(
         "--hypothesis-profile=vllm_lane", "--bi-target", "vllm", "--bi-switch", "verl",
-        "--bi-strategies", str(STRATEGIES), "-k", "routing",
+        f"--bi-strategies={STRATEGIES}", "-k", "routing",
     )  # fmt: skip
     return run_suite(out, command, lane_env(), SUITE_TIMEOUT_S, "verl lane")
 

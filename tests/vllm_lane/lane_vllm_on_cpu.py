@@ -135,7 +135,7 @@ def lane(tmp_path_factory) -> SuiteRun:
         )
     out = tmp_path_factory.mktemp("vllm-lane")
     command = pytest_command(
-        "--hypothesis-profile=vllm_lane", "--bi-target", "vllm", "--bi-strategies", str(STRATEGIES)
+        "--hypothesis-profile=vllm_lane", "--bi-target", "vllm", f"--bi-strategies={STRATEGIES}"
     )
     run = run_suite(out, command, lane_env(), SUITE_TIMEOUT_S, "vLLM lane")
     summary = os.environ.get("BI_PROPS_LANE_SUMMARY")

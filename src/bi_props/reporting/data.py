@@ -32,6 +32,26 @@ STATUS_NOTES = {
 }
 
 
+BLIND_CONTROL = (
+    "NO VARIANCE SEEN: this control is blind: the run did not show that it can see batch "
+    "variance on this op (a stronger search, or other shapes, may be needed)"
+)
+
+
+def blind_controls(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The negative controls that saw no batch variance (flagged in every report; a failure
+    with ``--strict-controls`` / ``--bi-strict-controls``, recorded as ``strict_controls``)."""
+    return [c for c in report.get("controls") or [] if not c.get("variance_seen")]
+
+
+def fresh_process(finding: dict[str, Any]) -> str:
+    """The fresh-process confirmation in words (older reports: from the boolean alone)."""
+    if finding.get("confirmation"):
+        return str(finding["confirmation"])
+    value = finding.get("reproduced_in_fresh_process")
+    return {True: "reproduced", False: "not reproduced", None: "not confirmed"}.get(value, "?")
+
+
 def signature(finding: dict[str, Any]) -> tuple:
     return tuple(finding.get(k) for k in SIGNATURE_FIELDS)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import base64
 from html import escape
 
-from .data import ReportData, cell_name, round_counts
+from .data import BLIND_CONTROL, ReportData, blind_controls, cell_name, fresh_process, round_counts
 from .markdown import first_line
 
 CSS = """
@@ -54,6 +54,7 @@ def render(data: ReportData, plots: bool = True) -> str:
     title = f"bi_props campaign: {', '.join(data.targets)}"
     parts.append(f"<h1>{escape(title)}</h1>")
     summary = [
+        ["status", _badge(str(r.get("status", "not recorded")))],
         ["targets", escape(", ".join(data.targets))],
         ["profile", escape(f"{r.get('profile')} ({r.get('strategies')})")],
         ["open findings", _badge(str(len(failing))) if failing else "none"],
@@ -87,8 +88,7 @@ def render(data: ReportData, plots: bool = True) -> str:
         parts.append(
             f"<h3>{i}. {escape(cell_name(f.get('op'), f.get('property'), f.get('switch')))} on "
             f"{escape(str(f.get('target')))}: {escape(str(f.get('kind')))} {_badge(s.status)}</h3>"
-            f"<p>{escape(s.note)}; reproduced in a fresh process: "
-            f"{escape(str(f.get('reproduced_in_fresh_process')))}</p>"
+            f"<p>{escape(s.note)}; fresh process: {escape(fresh_process(f))}</p>"
             + (
                 f"<p>Shrinking {escape(str(f['shrink']))}.</p>"
                 if f.get("shrink", "complete") != "complete"
@@ -121,6 +121,12 @@ def render(data: ReportData, plots: bool = True) -> str:
 
     parts.append("<h2>Negative controls (switch off)</h2>")
     controls = r.get("controls") or []
+    if blind_controls(r):
+        strict = " (--strict-controls: the run fails)" if r.get("strict_controls") else ""
+        parts.append(
+            f"<p><strong>{len(blind_controls(r))} blind control(s){escape(strict)}.</strong> "
+            f"{escape(BLIND_CONTROL)}.</p>"
+        )
     parts.append(
         _table(
             ["target", "op", "property", "variance seen", "smallest case", "what it saw"],
@@ -129,7 +135,7 @@ def render(data: ReportData, plots: bool = True) -> str:
                     c.get("target", r.get("target")),
                     c.get("op"),
                     c.get("property"),
-                    "yes" if c.get("variance_seen") else "no",
+                    "yes" if c.get("variance_seen") else "NO (blind)",
                     c.get("case") or "",
                     first_line(c.get("message")),
                 ]

@@ -4,8 +4,9 @@ Structure (the common JUnit schema that Jenkins, GitLab and GitHub test reporter
 ``<testsuites>`` > one ``<testsuite>`` per target > ``<testcase classname name time>`` with a
 ``<failure message type>`` (open findings), a ``<skipped message>`` (known failures, cells the
 budget never reached, ops the target does not claim) or nothing (passed); ``<system-out>`` says
-how many examples ran. Negative controls are testcases that always pass; their output says what
-they saw.
+how many examples ran; a finding of kind ``internal`` (a bug of bi_props) is an ``<error>``.
+Negative controls are testcases: one that saw no variance (blind) is ``<skipped>``, or a
+``<failure>`` when the run was strict (``strict_controls``); their output says what they saw.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import socket
 import xml.etree.ElementTree as ET
 from datetime import datetime, timezone
 
-from .data import ReportData, cell_name
+from .data import BLIND_CONTROL, ReportData, cell_name, fresh_process
 from .markdown import first_line
 
 
@@ -54,11 +55,12 @@ def render(data: ReportData) -> str:
             failing = [s for s in found if s.failing]
             known = [s for s in found if s.status == "known"]
             if failing:
-                counts["failures"] += 1
                 head = failing[0].finding
+                internal = any(s.finding.get("kind") == "internal" for s in failing)
+                counts["errors" if internal else "failures"] += 1
                 failure = ET.SubElement(
                     case,
-                    "failure",
+                    "error" if internal else "failure",
                     message=_safe(
                         f"{failing[0].status}: {head.get('kind')}: "
                         f"{first_line(head.get('message'))}"
@@ -68,8 +70,7 @@ def render(data: ReportData) -> str:
                 failure.text = _safe(
                     "\n\n".join(
                         f"[{s.status}] {s.note}\nkind: {s.finding.get('kind')}\n"
-                        f"reproduced in a fresh process: "
-                        f"{s.finding.get('reproduced_in_fresh_process')}\n"
+                        f"fresh process: {fresh_process(s.finding)}\n"
                         f"shrink: {s.finding.get('shrink', 'complete')}\n"
                         f"case: {s.finding.get('case')}\n\n{s.finding.get('message')}"
                         for s in failing
@@ -112,6 +113,14 @@ def render(data: ReportData) -> str:
                 name=f"{control.get('op')} {control.get('property')} [disabled] (negative control)",
                 time="0.000",
             )
+            if not control.get("variance_seen"):
+                if r.get("strict_controls"):
+                    counts["failures"] += 1
+                    blind = ET.SubElement(case, "failure", message=BLIND_CONTROL, type="blind")
+                    blind.text = _safe(control.get("message", ""))
+                else:
+                    counts["skipped"] += 1
+                    ET.SubElement(case, "skipped", message=BLIND_CONTROL)
             out = ET.SubElement(case, "system-out")
             seen = "batch variance seen" if control.get("variance_seen") else "no variance seen"
             out.text = _safe(f"{seen}\n{control.get('case') or ''}\n{control.get('message', '')}")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .data import ReportData, cell_name, round_counts
+from .data import BLIND_CONTROL, ReportData, blind_controls, cell_name, fresh_process, round_counts
 
 MAX_COVERAGE_ROWS = 200
 
@@ -26,6 +26,8 @@ def render(data: ReportData) -> str:
     verdict = f"{len(failing)} open finding(s)" if failing else "no open findings"
     out.append(f"# bi_props campaign: {', '.join(data.targets)} ({verdict})\n")
     out.append("| | |\n| --- | --- |")
+    if r.get("status"):
+        out.append(f"| status | **{_cell(r['status'])}** |")
     out.append(f"| targets | {_cell(', '.join(data.targets))} |")
     out.append(f"| profile | {_cell(r.get('profile'))} (`{_cell(r.get('strategies'))}`) |")
     if "seed" in r:
@@ -60,7 +62,7 @@ def render(data: ReportData) -> str:
             out.append(
                 f"| **{s.status}** | {_cell(f.get('target'))} | "
                 f"{_cell(cell_name(f.get('op'), f.get('property'), f.get('switch')))} | "
-                f"{_cell(kind)} | {_cell(f.get('reproduced_in_fresh_process'))} | "
+                f"{_cell(kind)} | {_cell(fresh_process(f))} | "
                 f"{_cell(first_line(f.get('message')))} |"
             )
         out.append("")
@@ -78,6 +80,10 @@ def render(data: ReportData) -> str:
 
     out.append("## Negative controls (switch off)\n")
     controls = r.get("controls") or []
+    blind = blind_controls(r)
+    if blind:
+        strict = " (--strict-controls: the run fails)" if r.get("strict_controls") else ""
+        out.append(f"**{len(blind)} blind control(s){strict}.** {BLIND_CONTROL}.\n")
     if not controls:
         out.append("None ran.\n")
     else:
@@ -87,7 +93,8 @@ def render(data: ReportData) -> str:
             what = c.get("case") or first_line(c.get("message"))
             out.append(
                 f"| {_cell(c.get('target', r.get('target')))} | {_cell(c.get('op'))} | "
-                f"{_cell(c.get('property'))} | {'yes' if c.get('variance_seen') else 'no'} | "
+                f"{_cell(c.get('property'))} | "
+                f"{'yes' if c.get('variance_seen') else '**NO (blind)**'} | "
                 f"`{_cell(what)}` |"
             )
         out.append("")

@@ -477,7 +477,11 @@ class Runner:
         isolation? Always spawned, never forked: nothing is shared with the long-lived ones."""
         worker = Worker(self.target, switch, self.start_timeout_s, self.extra_env)
         try:
-            worker.start()
+            hello = worker.start()
+            if hello.status != "ready":
+                raise WorkerStartFailure(
+                    f"target {self.target!r} is {hello.status}: {hello.message}"
+                )
             return worker.request(
                 ("observe", prop, case), self.example_timeout_s, f"re-running {prop} on {case!r}"
             )

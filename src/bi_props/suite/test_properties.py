@@ -30,5 +30,8 @@ def test_property(bi_props_session, bi_op, bi_property, bi_switch, data):
 @pytest.mark.bi_props
 def test_batch_variance_control(bi_props_session, bi_op, bi_property, bi_switch):
     """Negative control: with the switch off, look for batch variance and report the smallest case
-    that shows it. Stock kernels promise no invariance, so this never fails on what it sees."""
-    bi_props_session.control(bi_op, bi_property)
+    that shows it. Stock kernels promise no invariance: a control that saw none is flagged (the
+    run cannot show that it sees variance), and fails with --bi-strict-controls."""
+    control = bi_props_session.control(bi_op, bi_property)
+    if not control.variance_seen and bi_props_session.strict_controls:
+        pytest.fail(f"blind negative control ({bi_op} {bi_property}): {control.message}")

@@ -1,0 +1,176 @@
+"""Every failure is a finding (issue 11, defects 3, 4, 5): a failure that does not replay is a
+``flaky`` finding, an error of bi_props is an ``internal`` one (exit 3), a known failure (by full
+signature) does not stop the cell's search, and a fresh process confirms only the same property
+and kind. A real Session whose judge is replaced (no workers): what is checked is how failures
+become findings, not the target.
+"""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from bi_props.case import Case
+from bi_props.fuzz import Cell, run_slice
+from bi_props.known import KnownFailure
+from bi_props.properties import Verdict
+from bi_props.runner.controller import InternalError, WorkerCrash, WorkerStartFailure
+from bi_props.session import Failure, Session
+from bi_props.space import parse
+
+
+def mm_case(m: int, k: int) -> Case:
+    return Case("mm", "torch.mm", "float32", (m, k, 2), ("contiguous",) * 2, "general", 0)
+
+
+def session_judged_by(judge) -> Session:
+    """A Session on the CPU target whose judge is ``judge(case, fresh) -> Verdict`` (no worker
+    starts: the strategy is replaced too)."""
+    session = Session("cpu", parse({"ops": {"include": ["mm"]}}, "test", "test"))
+    session.judge = lambda op, prop, switch, case, fresh=False: judge(case, fresh)
+    session.strategy = lambda op, prop: st.builds(mm_case, st.integers(1, 64), st.integers(0, 64))
+    session.covered = lambda op: True
+    return session
+
+
+def test_a_failure_that_does_not_replay_is_a_flaky_finding() -> None:
+    seen: set = set()
+
+    def judge(case: Case, fresh: bool) -> Verdict:
+        first = fresh or case not in seen  # wrong on the first sight of each case only
+        seen.add(case)
+        return Verdict(False, "bits differ", "mismatch") if first else Verdict(True)
+
+    session = session_judged_by(judge)
+    cell = Cell("mm", "reference", "enabled")
+    run_slice(session, cell, 50, None, seed=1)
+    assert cell.done
+    [finding] = session.findings
+    assert finding.kind == "flaky", finding
+    assert "failed (mismatch)" in finding.message and "bits differ" in finding.message
+    assert "replay of the same case in the same worker: passed" in finding.message
+    # The fresh worker saw the first observation again: the same property and the first kind.
+    assert finding.reproduced_in_fresh_process is True
+
+
+def test_an_error_of_bi_props_is_an_internal_finding_and_exit_3() -> None:
+    from bi_props.campaign import Ledger
+
+    def judge(case: Case, fresh: bool) -> Verdict:
+        if case.shape[0] >= 5:
+            raise KeyError("a judge's bug")
+        return Verdict(True)
+
+    session = session_judged_by(judge)
+    cell = Cell("mm", "reference", "enabled")
+    run_slice(session, cell, 50, None, seed=1)
+    [finding] = session.findings
+    assert (finding.kind, finding.error_type) == ("internal", "KeyError")
+    assert "bug of bi_props" in finding.message and "a judge's bug" in finding.message
+    assert finding.case == repr(mm_case(5, 0))  # shrunk like any finding
+    assert session.status == "internal error"
+    report = {"findings": [vars(finding)], "status": session.status}
+    assert Ledger.exit_status(None, report) == 3
+
+
+def test_an_internal_error_from_the_worker_is_an_internal_finding() -> None:
+    def judge(case: Case, fresh: bool) -> Verdict:
+        raise InternalError("worker: bi_props failed")
+
+    session = session_judged_by(judge)
+    run_slice(session, Cell("mm", "reference", "enabled"), 20, None, seed=1)
+    assert [f.kind for f in session.findings] == ["internal"]
+
+
+def test_a_known_failure_does_not_stop_the_cell_from_finding_a_new_one() -> None:
+    def judge(case: Case, fresh: bool) -> Verdict:
+        m, k = case.shape[0], case.shape[1]
+        if m >= 10:
+            return Verdict(False, "known: m >= 10", "mismatch")
+        if k >= 30:
+            return Verdict(False, "new: k >= 30", "error", "RuntimeError")
+        return Verdict(True)
+
+    session = session_judged_by(judge)
+    session.known = [KnownFailure("cpu", "mm", "reference", "enabled", "mismatch")]
+    cell = Cell("mm", "reference", "enabled")
+    for turn in range(20):
+        run_slice(session, cell, 10, None, seed=turn)
+        if cell.done:
+            break
+    kinds = {f.kind: f.status for f in session.findings}
+    assert kinds == {"mismatch": "known", "error": "new"}, session.findings
+    assert cell.done  # retired by the new finding only
+    [new] = [f for f in session.findings if f.kind == "error"]
+    assert new.case == repr(mm_case(1, 30))
+
+
+def test_a_cell_with_only_a_known_failure_stays_live() -> None:
+    session = session_judged_by(
+        lambda case, fresh: (
+            Verdict(False, "known", "mismatch") if case.shape[0] >= 10 else Verdict(True)
+        )
+    )
+    session.known = [KnownFailure("cpu", "mm", "reference", "enabled", "mismatch")]
+    cell = Cell("mm", "reference", "enabled")
+    run_slice(session, cell, 30, None, seed=2)
+    assert not cell.done
+    assert [f.status for f in session.findings] == ["known"]
+    run_slice(session, cell, 30, None, seed=3)  # skipped now: the search goes on, no new finding
+    assert not cell.done
+    assert len(session.findings) == 1
+    assert session.skipped_known[("mm", "reference", "enabled")] >= 1
+
+
+def _confirm(fresh_result) -> tuple:
+    def judge(case: Case, fresh: bool) -> Verdict:
+        if not fresh:
+            return Verdict(False, "bits differ", "mismatch")
+        if isinstance(fresh_result, Exception):
+            raise fresh_result
+        return fresh_result
+
+    session = session_judged_by(judge)
+    failure = Failure("mm", "reference", "enabled", mm_case(3, 3), "mismatch", "x", None)
+    session.finalize(failure)
+    [finding] = session.findings
+    return finding.reproduced_in_fresh_process, finding.confirmation
+
+
+def test_a_fresh_process_confirms_only_the_same_property_and_kind() -> None:
+    assert _confirm(Verdict(False, "bits differ", "mismatch"))[0] is True
+    crashed = _confirm(WorkerCrash("the process died"))
+    assert crashed == (False, "not reproduced: a fresh worker failed with crash, not mismatch")
+    assert _confirm(Verdict(True)) == (False, "not reproduced: the case passed in a fresh worker")
+    state, why = _confirm(WorkerStartFailure("import failed"))
+    assert state is None and why.startswith("not confirmed: the fresh worker did not start")
+
+
+def test_a_kernel_right_only_when_replayed_is_a_flaky_finding(monkeypatch) -> None:
+    """End to end, real workers: tests/planted/planted_flaky.py through run_slice."""
+    import os
+    from pathlib import Path
+
+    planted = str(Path(__file__).resolve().parent / "planted")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([planted, os.environ.get("PYTHONPATH", "")]))
+    space = parse(
+        {
+            "ops": {"include": ["mm"]},
+            "dtypes": {"choices": ["float32"]},
+            "shapes": {"rows": {"min": 1, "max": 8}, "dim": {"min": 1, "max": 8}},
+            "runner": {"example_timeout_s": 30, "start_timeout_s": 120},
+        },
+        "test",
+        "test",
+    )
+    session = Session("planted_flaky", space)
+    try:
+        cell = Cell("mm", "reference", "enabled")
+        run_slice(session, cell, 10, None, seed=1)
+    finally:
+        session.close()
+    assert cell.done
+    [finding] = session.findings
+    assert (finding.op, finding.property, finding.switch) == ("mm", "reference", "enabled")
+    assert finding.kind == "flaky", finding.message
+    assert "replay of the same case in the same worker: passed" in finding.message
+    assert finding.reproduced_in_fresh_process is True, finding.confirmation
