@@ -44,7 +44,7 @@ from typing import Any, TextIO
 
 from .catalogue import controls as catalogue_controls
 from .fuzz import SLICE_EXAMPLES, Cell, Interrupted, _on_sigterm, cells_for, run_slice
-from .session import Finding, Session
+from .session import Finding, Session, routing_lines
 from .space import Space
 
 FINDINGS_FILE = "findings.jsonl"
@@ -431,6 +431,12 @@ class Ledger:
             }
         )
         if len(reports) > 1:
+            for key in ("routing_not_observable", "unclaimed", "routing_notes"):
+                report[key] = [
+                    {**e, "target": t} if isinstance(e, dict) else f"{t}: {e}"
+                    for t, r in reports.items()
+                    for e in r.get(key, [])
+                ]
             report["environment"] = {}
             report["per_target"] = {
                 t: {k: r.get(k) for k in ("profile", "strategies", "environment", "examples")}
@@ -620,6 +626,8 @@ class Campaign:
                         )
                         status = 2
                         return status
+                    if hello.routing_note:
+                        print(f"bi-props: WARNING: {hello.routing_note}", file=self.log)
                     if state.session.known:
                         state.session.check_known()
                 for target, state in states.items():
@@ -639,6 +647,8 @@ class Campaign:
             ledger.cells_phase_end(examples())
             for state in states.values():
                 state.session.close()
+                for line in routing_lines(state.session):
+                    print(f"bi-props: {state.session.target}: {line}", file=self.log)
             ledger.finish()
         print(f"bi-props: report written to {self.out / REPORT_FILE}", file=self.log)
         if self.write_reports:

@@ -220,6 +220,10 @@ def pytest_collection_modifyitems(
             f"bi_props: the worker for target {state.target!r} did not start:\n{exc}"
         ) from None
     if hello.status == "ready":
+        if hello.routing_note:  # said at the start, again in the summary, and in report.json
+            reporter = config.pluginmanager.get_plugin("terminalreporter")
+            if reporter is not None:
+                reporter.write_line(f"bi_props: WARNING: {hello.routing_note}", yellow=True)
         return
     switch = " --switch verl" if state.session.switch_provider == "verl" else ""
     message = (
@@ -264,6 +268,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = yield
     state = item.config.stash.get(_KEY, None)
     params = getattr(getattr(item, "callspec", None), "params", {})
+    if report.when == "call" and report.passed and state is not None and state._session:
+        cell = (params.get("bi_op"), params.get("bi_switch"))
+        why = (
+            state._session.unobservable.get(cell)
+            if params.get("bi_property") == "routing"
+            else None
+        )
+        if why is not None:  # routing that could not be observed is not a pass
+            report.outcome = "skipped"
+            report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {why}")
+            return report
     if report.when != "call" or not report.failed or state is None or state._session is None:
         return report
     if "bi_regression" in params:
@@ -338,6 +353,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         )
     for op, why in session.not_covered.items():
         tr.line(f"not covered: {op}: {why}", yellow=True)
+    for note in session.routing_notes():
+        tr.line(f"WARNING: {note}", yellow=True)
+    for (op, switch), why in session.unobservable.items():
+        tr.line(f"ROUTING NOT OBSERVABLE: {op} [{switch}]: {why}", yellow=True, bold=True)
+    from .session import unclaimed_line
+
+    for op, entry in session.unclaimed.items():
+        tr.line(unclaimed_line(op, entry), yellow=entry["batch_variant"])
     for f in session.findings:
         fresh = {True: "reproduced", False: "NOT reproduced", None: "not re-run"}[
             f.reproduced_in_fresh_process

@@ -443,6 +443,26 @@ class Session:
         self.runner.close()
 
 
+def unclaimed_line(op: str, entry: dict[str, Any]) -> str:
+    """One line on an op the target does not claim: batch-variant with the switch on?"""
+    answer = "YES" if entry["batch_variant"] else "no"
+    line = (
+        f"not claimed: {op}: batch-variant with the switch on: {answer} "
+        f"({entry['property']}, {entry['examples']} examples)"
+    )
+    return line + (f"; smallest case seen: {entry['case']}" if entry.get("case") else "")
+
+
+def routing_lines(session: Session) -> list[str]:
+    """The console's lines on routing notes, unobservable routing and unclaimed ops."""
+    lines = [f"WARNING: {note}" for note in session.routing_notes()]
+    lines += [
+        f"ROUTING NOT OBSERVABLE: {op} [{switch}]: {why}"
+        for (op, switch), why in session.unobservable.items()
+    ]
+    return lines + [unclaimed_line(op, entry) for op, entry in session.unclaimed.items()]
+
+
 def _note(text: str) -> None:
     """Hypothesis' note() inside a test (it lands in the falsifying example), a no-op outside."""
     try:
