@@ -224,6 +224,24 @@ def test_correct_library_passes_every_property(pytester, planted_on_path, tmp_pa
     assert all(isinstance(c["variance_seen"], bool) for c in run.report["controls"])
 
 
+def test_a_prefixless_library_is_judged_from_the_dispatcher_and_says_so(
+    pytester, planted_on_path, tmp_path
+):
+    """A thinking-machines-style module (no KERNEL_PREFIX, no ROUTES): routing passes on the
+    dispatcher's evidence, and the run warns at its start, in the summary and in report.json."""
+    space = write_space(tmp_path / "space.toml")
+    run = run_suite(pytester, "planted_tm_correct", space, "-k", "routing")
+    assert run.result.ret == pytest.ExitCode.OK, run.output
+    assert run.outcomes == {
+        "test_property[mm-routing-enabled]": "passed",
+        "test_property[mm-routing-disabled]": "passed",
+    }, run.output
+    [note] = run.report["routing_notes"]
+    assert "declares no KERNEL_PREFIX and no ROUTES" in note
+    assert run.output.count(f"WARNING: {note}") == 2  # at the start and in the summary
+    assert run.report["routing_not_observable"] == []
+
+
 # -- one planted bug each -----------------------------------------------------------------------
 
 
@@ -257,6 +275,18 @@ def _wrong_result(finding: dict[str, Any], case: Case) -> None:
 def _switch_leak(finding: dict[str, Any], case: Case) -> None:
     assert "switch leak" in finding["message"]
     assert "planted_switch_leak::mm" in finding["message"]
+
+
+def _noop_enable(finding: dict[str, Any], case: Case) -> None:
+    assert (
+        "no evidence that mm reached target 'planted_noop_enable''s kernels" in finding["message"]
+    )
+    assert "looked for an event starting with 'planted_noop_enable::'" in finding["message"]
+
+
+def _tm_leak(finding: dict[str, Any], case: Case) -> None:
+    assert "switch leak" in finding["message"]
+    assert "aten::mm [CPU] is registered from" in finding["message"]
 
 
 def _nondeterministic(finding: dict[str, Any], case: Case) -> None:
@@ -312,6 +342,20 @@ PLANTED_BUGS = [
         frozenset({"test_property[mm-routing-disabled]"}),
         frozenset({("routing", "disabled", "mismatch")}),
         _switch_leak,
+    ),
+    Planted(  # enable() installs nothing: no kernel event, a routing failure (issue 11, 2)
+        "planted_noop_enable",
+        frozenset({"test_property[mm-routing-enabled]"}),
+        frozenset({("routing", "enabled", "mismatch")}),
+        _noop_enable,
+        select=("-k", "routing"),
+    ),
+    Planted(  # no prefix: the dispatcher shows the kernel in place with the switch off
+        "planted_tm_leak",
+        frozenset({"test_property[mm-routing-disabled]"}),
+        frozenset({("routing", "disabled", "mismatch")}),
+        _tm_leak,
+        select=("-k", "routing"),
     ),
     Planted(
         "planted_nondeterministic",

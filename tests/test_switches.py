@@ -159,8 +159,12 @@ def test_evidence_without_the_environment_is_itself_a_broken_promise():
 
 
 def _routing(switch: str, provider: dict, active: bool) -> properties.Verdict:
+    identity = {"aten::bmm [CPU] is vLLM's kernel": active}  # the dispatcher agrees with the mode
     obs = Observation(
-        "routing", switch, {"op": Call(outputs=())}, evidence={"active": active, "identity": {}}
+        "routing",
+        switch,
+        {"op": Call(outputs=())},
+        evidence={"active": active, "identity": identity},
     )
     hello = Hello("vllm", switch, "ready", covered=("bmm",), provider=provider)
     return properties.routing(obs, hello, "bmm")

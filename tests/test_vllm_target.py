@@ -27,15 +27,19 @@ from bi_props.targets.base import TargetBroken, TargetMissing
 from bi_props.targets.vllm import (
     MODULE_PATHS,
     UNOBSERVABLE_KEY,
+    VERSION_TABLE,
     PredictionError,
     VllmTarget,
+    expected_registrations,
     import_batch_invariant,
     is_vllm_location,
     location_path,
     parse_dispatch_kernel,
     parse_op_impls,
+    platform_kind,
     predict_registrations,
     registrations_to_ops,
+    release_line,
 )
 
 VLLM_INSTALLED = importlib.util.find_spec("vllm") is not None
@@ -608,6 +612,81 @@ def test_switch_not_propagated_is_reported(monkeypatch):
     assert not verdict.ok and "switch propagation" in verdict.message
 
 
+# ---------------------------------------------------------------------------------------------
+# Coverage from the version table (issue 11, defect 7)
+
+
+@pytest.mark.parametrize(
+    ("platform", "kind", "ops"),
+    [
+        (CpuPlatform("cpu"), "cpu", CPU_COVERED),
+        (FakePlatform("cuda", 90), "cuda", CPU_COVERED),
+        (FakePlatform("cuda", 80), "cuda-sm8x", ("mm", "matmul", "bmm", "addmm", "linear",
+                                                  "mean", "softmax", "log_softmax")),
+        (FakePlatform("rocm"), "rocm", ("mm", "matmul", "bmm", "addmm", "linear", "mean",
+                                        "softmax", "log_softmax")),
+        (FakePlatform("xpu"), "xpu", ("mm", "matmul", "addmm", "linear", "mean")),
+    ],
+    ids=["cpu", "sm90", "sm80", "rocm", "xpu"],
+)  # fmt: skip
+def test_the_version_table_row_per_platform(platform, kind, ops):
+    assert platform_kind(platform, platform.device_type) == kind
+    row = expected_registrations("0.32.0", kind)
+    assert row is not None and registrations_to_ops(row) == ops
+    assert expected_registrations("0.32.1rc1+cpu", kind) == row
+    assert expected_registrations("0.33.0", kind) is None  # no row: the source prediction
+    assert {k for k, _ in VERSION_TABLE} == {"0.32"}
+    assert (release_line("0.32.0"), release_line("dev")) == ("0.32", "dev")
+
+
+def _table_target(monkeypatch, impls, version="0.32.0") -> VllmTarget:
+    module = _fake_module(
+        __file__=VLLM_FILE, _batch_invariant_MODE=True, _batch_invariant_LIB=FakeLibrary(impls)
+    )
+    vllm = _install_fake_vllm(monkeypatch, module, NEW_PATH)
+    vllm.__version__ = version
+    target = VllmTarget()
+    target.check()
+    return target
+
+
+def test_covered_is_what_the_version_table_expects_not_what_got_registered(monkeypatch):
+    """A registration regression (vLLM 0.32 on CPU stops registering bmm) keeps bmm covered, and
+    its routing fails naming the expected registration. Before: bmm was silently "not claimed"."""
+    regressed = OP_IMPLS_CPU - {"aten/bmm/CPU", "aten/bmm.out/CPU"}
+    target = _table_target(monkeypatch, regressed)
+    monkeypatch.setenv("VLLM_BATCH_INVARIANT", "1")
+    target._dump = _fake_dump(CPU_STOCK)  # the dispatcher holds the stock bmm
+    assert target.covered() == CPU_COVERED
+    expected = "aten::bmm registered on CPU (expected: version table: vLLM 0.32 on cpu)"
+    assert target.evidence("bmm")[expected] is False
+    hello = Hello("vllm", "enabled", "ready", covered=target.covered())
+    verdict = routing(_routing_observation(target, "bmm", "enabled"), hello, "bmm")
+    assert not verdict.ok and verdict.kind == "mismatch"
+    assert "identity check failed" in verdict.message and expected in verdict.message
+    env = target.environment()
+    assert env["vllm_expected_source"] == "version table: vLLM 0.32 on cpu"
+    assert "aten::bmm" in env["vllm_expected"] and "aten::bmm" not in env["vllm_registered"]
+
+
+def test_all_expected_registrations_made_pass_routing(monkeypatch):
+    target = _table_target(monkeypatch, OP_IMPLS_CPU)
+    monkeypatch.setenv("VLLM_BATCH_INVARIANT", "1")
+    target._dump = _fake_dump(CPU_ENABLED)
+    evidence = target.evidence("bmm")
+    assert evidence["aten::bmm registered on CPU (expected: version table: vLLM 0.32 on cpu)"]
+    hello = Hello("vllm", "enabled", "ready", covered=target.covered())
+    assert routing(_routing_observation(target, "bmm", "enabled"), hello, "bmm").ok
+
+
+def test_a_release_without_a_row_falls_back_to_the_source_prediction(monkeypatch, fake_source):
+    fake_source.current_platform = CpuPlatform("cpu")
+    target = _ready(monkeypatch, fake_source)  # version 0.0.0-fake: no row
+    names, source = target.expected()
+    assert registrations_to_ops(names) == CPU_COVERED
+    assert source.startswith("no version-table row for vLLM 0.0.0-fake on cpu")
+
+
 def test_unreadable_dispatcher_degrades_to_routing_not_observable(monkeypatch):
     def broken(name):
         raise RuntimeError("no dispatcher here")
@@ -620,7 +699,8 @@ def test_unreadable_dispatcher_degrades_to_routing_not_observable(monkeypatch):
     assert state["active"] is True
     assert "no dispatcher here" in state[UNOBSERVABLE_KEY]
     verdict = routing(_routing_observation(target, "bmm", "enabled"), _hello("enabled"), "bmm")
-    assert verdict.ok and verdict.kind == "not_covered"
+    # Never a pass: its own kind, which the session records and every report shows.
+    assert not verdict.ok and verdict.kind == "not_observable"
     assert verdict.message.startswith("routing not observable: torch._C._dispatch_dump(")
 
 

@@ -45,7 +45,7 @@ from typing import Any, TextIO
 from .catalogue import controls as catalogue_controls
 from .fuzz import SLICE_EXAMPLES, Cell, Interrupted, _on_sigterm, cells_for, run_slice
 from .runner.controller import WorkerFailure
-from .session import INTERNAL, STATUS_INTERNAL, Finding, Session, target_status
+from .session import INTERNAL, STATUS_INTERNAL, Finding, Session, routing_lines, target_status
 from .space import Space
 
 FINDINGS_FILE = "findings.jsonl"
@@ -437,6 +437,12 @@ class Ledger:
             }
         )
         if len(reports) > 1:
+            for key in ("routing_not_observable", "unclaimed", "routing_notes"):
+                report[key] = [
+                    {**e, "target": t} if isinstance(e, dict) else f"{t}: {e}"
+                    for t, r in reports.items()
+                    for e in r.get(key, [])
+                ]
             report["environment"] = {}
             report["per_target"] = {
                 t: {k: r.get(k) for k in ("profile", "strategies", "environment", "examples")}
@@ -647,6 +653,8 @@ class Campaign:
                         ledger.status = target_status(hello.status)
                         status = 2
                         return status
+                    if hello.routing_note:
+                        print(f"bi-props: WARNING: {hello.routing_note}", file=self.log)
                     if state.session.known:
                         state.session.check_known()
                 for target, state in states.items():
@@ -676,6 +684,8 @@ class Campaign:
             ledger.cells_phase_end(examples())
             for state in states.values():
                 state.session.close()
+                for line in routing_lines(state.session):
+                    print(f"bi-props: {state.session.target}: {line}", file=self.log)
             ledger.finish()
         print(f"bi-props: report written to {self.out / REPORT_FILE}", file=self.log)
         if self.write_reports:

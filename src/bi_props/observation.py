@@ -73,3 +73,8 @@ class Hello:
     fork_note: str = ""
     # What the switch provider did before the target loaded (switches.py); empty for "env".
     provider: dict[str, Any] = field(default_factory=dict)
+    # Whether the switch promises batch-invariant inference (Target.promises_inference, or a
+    # switch provider such as verl that promises it): model-level properties are then judged.
+    promises_inference: bool = False
+    # How routing is observed when the target's own events cannot show it (Target.routing_note).
+    routing_note: str = ""

@@ -267,6 +267,10 @@ def pytest_collection_modifyitems(
             f"bi_props: the worker for target {state.target!r} did not start:\n{exc}"
         ) from None
     if hello.status == "ready":
+        if hello.routing_note:  # said at the start, again in the summary, and in report.json
+            reporter = config.pluginmanager.get_plugin("terminalreporter")
+            if reporter is not None:
+                reporter.write_line(f"bi_props: WARNING: {hello.routing_note}", yellow=True)
         return
     switch = " --switch verl" if state.session.switch_provider == "verl" else ""
     message = (
@@ -327,6 +331,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if report.when != "call" or state is None or state._session is None:
         return report
     session = state._session
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    if report.passed and params.get("bi_property") == "routing":
+        why = session.unobservable.get((params.get("bi_op"), params.get("bi_switch")))
+        if why is not None:  # routing that could not be observed is not a pass
+            report.outcome = "skipped"
+            report.longrepr = (str(item.path), item.location[1] or 0, f"Skipped: {why}")
+            return report
     if report.failed and call.excinfo is not None and session.last_failure is not None:
         from hypothesis.errors import Flaky
 
@@ -415,6 +426,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         )
     for op, why in session.not_covered.items():
         tr.line(f"not covered: {op}: {why}", yellow=True)
+    for note in session.routing_notes():
+        tr.line(f"WARNING: {note}", yellow=True)
+    for (op, switch), why in session.unobservable.items():
+        tr.line(f"ROUTING NOT OBSERVABLE: {op} [{switch}]: {why}", yellow=True, bold=True)
+    from .session import unclaimed_line
+
+    for op, entry in session.unclaimed.items():
+        tr.line(unclaimed_line(op, entry), yellow=entry["batch_variant"])
     for f in session.findings:
         loud = "INTERNAL ERROR (a bug of bi_props) " if f.kind == "internal" else ""
         tr.line(

@@ -18,7 +18,7 @@ from .observation import Call, Hello, Observation
 class Verdict:
     ok: bool
     message: str = ""
-    kind: str = "mismatch"  # "mismatch" | "error" | "not_covered"
+    kind: str = "mismatch"  # "mismatch" | "error" | "not_covered" | "not_observable"
     error_type: str | None = None
 
 
@@ -149,9 +149,12 @@ def reference(obs: Observation) -> Verdict:
 
 
 def routing(obs: Observation, hello: Hello, op: str) -> Verdict:
-    """Switch propagation and routing: covered ops reach the target's kernels when enabled,
-    nothing reaches them when disabled. Where a switch provider (verl) set the switch, its
-    promises about the environment are checked first."""
+    """Switch propagation and routing, on positive evidence. Enabled: a covered op must show at
+    least one of the target's own events (its ``ROUTES`` for the op, else any event with its
+    ``KERNEL_PREFIX``) or a passing identity check, and no failing one; no evidence is a failure
+    that says what was looked for. Disabled: none of the target's events, no identity in place.
+    Where nothing can be looked for, the verdict is ``not_observable`` (never a pass). Where a
+    switch provider (verl) set the switch, its promises about the environment are checked first."""
     call = obs.calls["op"]
     evidence = obs.evidence
     enabled = obs.switch == "enabled"
@@ -164,34 +167,59 @@ def routing(obs: Observation, hello: Hello, op: str) -> Verdict:
             f"switch propagation: {switches.describe(hello.provider, enabled)} but the target "
             f"reports its kernels {'active' if active else 'inactive'}"
         )
-    prefix = hello.kernel_prefix
-    events = call.events
-    identity = evidence.get("identity", {})
-    covered = op in hello.covered
-    if enabled and not covered:
+    if enabled and op not in hello.covered:
         return Verdict(True, f"{op} is not claimed by target {hello.target!r}", "not_covered")
     if "profiler_error" in evidence:
-        return Verdict(True, f"routing not observable: {evidence['profiler_error']}", "not_covered")
-    reached = [e for e in events or () if prefix and e.startswith(prefix)]
+        return _not_observable(f"routing not observable: {evidence['profiler_error']}")
+    prefix = hello.kernel_prefix
+    expected = tuple(hello.routes.get(op, ()))
+    events = call.events
+    identity = evidence.get("identity", {})
+    if events is None:
+        looked_for = ""
+    elif expected:
+        looked_for = f"one of the events {list(expected)}"
+    elif prefix:
+        looked_for = f"an event starting with {prefix!r}"
+    else:
+        looked_for = ""
+    ours = [e for e in events or () if e in expected or (prefix and e.startswith(prefix))]
+    if not looked_for and not identity:
+        return _not_observable(
+            f"routing not observable: target {hello.target!r} declares no profiler events for "
+            f"{op} (no ROUTES, no KERNEL_PREFIX) and gives no identity evidence"
+        )
     if enabled:
         if call.raised:
             return _fail(f"the op raised {call.describe_error()}", "error", call.error_type)
-        expected = hello.routes.get(op, ())
         if events is not None and expected and not any(e in events for e in expected):
-            return _fail(
+            return _fail(  # declared routes are a promise of their own, whatever else is seen
                 f"routing: none of {list(expected)} appeared in the profiler events; "
                 f"seen: {list(events)[:40]}"
             )
         missing = [name for name, ok in identity.items() if not ok]
         if missing:
             return _fail(f"routing: identity check failed: {missing}")
-        return PASS
-    if reached:
-        return _fail(f"switch leak: with the switch disabled the call reached {reached}")
+        if ours or any(identity.values()):
+            return PASS
+        seen = list(events or ())
+        return _fail(
+            f"routing: no evidence that {op} reached target {hello.target!r}'s kernels with the "
+            f"switch enabled: looked for {looked_for or 'profiler events (none declared)'} in the "
+            f"profiler events of the call and found none (seen: {seen[:40]}); identity "
+            f"checks: {'none' if not identity else dict(identity)}"
+        )
+    if ours:
+        return _fail(f"switch leak: with the switch disabled the call reached {ours}")
     leaked = [name for name, ok in identity.items() if ok]
     if leaked:
         return _fail(f"switch leak: with the switch disabled these are swapped: {leaked}")
     return PASS
+
+
+def _not_observable(message: str) -> Verdict:
+    """Neither a pass nor a failure: the session records it and every report shows it."""
+    return Verdict(False, message, "not_observable")
 
 
 def parity(enabled: Observation, disabled: Observation) -> Verdict:

@@ -41,6 +41,12 @@ def target_status(hello_status: str) -> str:
     return f"target {hello_status}"
 
 
+# Model-level properties a promise of batch-invariant inference covers (Hello.promises_inference).
+PROMISE_PROPERTIES = ("logprobs", "decode")
+# Properties whose enabled state tells whether an unclaimed op is batch-variant with the switch on.
+UNCLAIMED_PROPERTIES = ("batch_invariance", "logprobs")
+
+
 class PropertyFailed(AssertionError):
     """A property does not hold for a case (a mismatch, or an exception where none belongs)."""
 
@@ -123,6 +129,12 @@ class Session:
     findings: list[Finding] = field(default_factory=list)
     controls: list[Control] = field(default_factory=list)
     not_covered: dict[str, str] = field(default_factory=dict)
+    # (op, switch) -> why routing could not be observed (never counted as a pass).
+    unobservable: dict[tuple[str, str], str] = field(default_factory=dict)
+    # op -> what the enabled state's batch invariance showed for an op the target does not claim:
+    # {"property", "batch_variant", "case" (smallest seen), "examples", "message"}.
+    unclaimed: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _unclaimed_cases: dict[str, Case] = field(default_factory=dict, repr=False)
     report_path: Path | None = None
     known: list[KnownFailure] = field(default_factory=list)
     known_status: list[dict[str, Any]] = field(default_factory=list)
@@ -218,16 +230,44 @@ class Session:
         if verdict.kind == "not_covered":
             self.not_covered.setdefault(op, verdict.message)
             return
-        if verdict.ok:
+        if verdict.kind == "not_observable":
+            self.unobservable.setdefault((op, switch), verdict.message)
             return
-        if switch == "enabled" and not self.covered(op):
-            self.not_covered.setdefault(op, f"{prop} fails, but the target does not claim {op}")
+        if switch == "enabled" and not self.covered(op) and not self._promised(prop):
+            self._note_unclaimed(op, prop, case, verdict)
+            if not verdict.ok:
+                self.not_covered.setdefault(op, f"{prop} fails, but the target does not claim {op}")
+            return
+        if verdict.ok:
             return
         found = Failure(op, prop, switch, case, verdict.kind, verdict.message, verdict.error_type)
         if self._skip_settled(found):
             return
         self._failed(found)
         raise PropertyFailed(f"{prop} [{switch}] on {op}:\n{verdict.message}")
+
+    def _promised(self, prop: str) -> bool:
+        """A model-level property of a target whose switch promises batch-invariant inference:
+        judged whatever ops the target claims."""
+        return prop in PROMISE_PROPERTIES and self.hello("enabled").promises_inference
+
+    def _note_unclaimed(self, op: str, prop: str, case: Case, verdict) -> None:
+        """An op the target does not claim, with the switch on: is it batch-variant? Observed and
+        reported (the user's question "is my model batch-invariant now?"), never a failure."""
+        if prop not in UNCLAIMED_PROPERTIES:
+            return
+        entry = self.unclaimed.setdefault(
+            op,
+            {"property": prop, "batch_variant": False, "case": None, "examples": 0, "message": ""},
+        )
+        entry["examples"] += 1
+        if verdict.ok or verdict.kind != "mismatch":
+            return
+        kept = self._unclaimed_cases.get(op)
+        if kept is None or case_size(case) < case_size(kept):
+            self._unclaimed_cases[op] = case
+            entry.update(batch_variant=True, case=repr(case), message=verdict.message)
+        self.write_report()
 
     def _note_example(self, op: str, prop: str, switch: str, case: Case, outcome: str) -> None:
         """One line of coverage (what was exercised, and how it ended), for reports and plots."""
@@ -473,11 +513,27 @@ class Session:
             "findings": [asdict(f) for f in self.findings],
             "controls": [asdict(c) for c in self.controls],
             "not_covered": [{"op": op, "reason": why} for op, why in self.not_covered.items()],
+            "routing_not_observable": [
+                {"op": op, "switch": switch, "reason": why}
+                for (op, switch), why in self.unobservable.items()
+            ],
+            "unclaimed": [{"op": op, **entry} for op, entry in self.unclaimed.items()],
+            "routing_notes": self.routing_notes(),
+            "promises_inference": self._hello_field("promises_inference"),
             "known": self.known_status,
             "status": self.status,
             "strict_controls": self.strict_controls,
             "internal_errors": list(self.internal_errors),
         }
+
+    def _hello_field(self, name: str) -> Any:
+        hello = self.runner._hellos.get("enabled") or self.runner._hellos.get("disabled")
+        return getattr(hello, name, None) if hello is not None else None
+
+    def routing_notes(self) -> list[str]:
+        """The targets' warnings about how routing is observed (e.g. a module without a prefix)."""
+        notes = [h.routing_note for h in self.runner._hellos.values() if h.routing_note]
+        return list(dict.fromkeys(notes))
 
     def write_report(self) -> None:
         if self.report_path is None:
@@ -513,6 +569,26 @@ def internal_message(exc: BaseException) -> str:
 def _first_line(exc: BaseException) -> str:
     lines = [line for line in str(exc).splitlines() if line.strip()]
     return lines[0] if lines else type(exc).__name__
+
+
+def unclaimed_line(op: str, entry: dict[str, Any]) -> str:
+    """One line on an op the target does not claim: batch-variant with the switch on?"""
+    answer = "YES" if entry["batch_variant"] else "no"
+    line = (
+        f"not claimed: {op}: batch-variant with the switch on: {answer} "
+        f"({entry['property']}, {entry['examples']} examples)"
+    )
+    return line + (f"; smallest case seen: {entry['case']}" if entry.get("case") else "")
+
+
+def routing_lines(session: Session) -> list[str]:
+    """The console's lines on routing notes, unobservable routing and unclaimed ops."""
+    lines = [f"WARNING: {note}" for note in session.routing_notes()]
+    lines += [
+        f"ROUTING NOT OBSERVABLE: {op} [{switch}]: {why}"
+        for (op, switch), why in session.unobservable.items()
+    ]
+    return lines + [unclaimed_line(op, entry) for op, entry in session.unclaimed.items()]
 
 
 def _note(text: str) -> None:

@@ -228,6 +228,34 @@ class ReportData:
                 return entry.get("reason", "")
         return None
 
+    def unobservable(self, target: str, op: str, prop: str, switch: str) -> str | None:
+        """Why a routing cell's routing could not be observed (never reported as passed)."""
+        if prop != "routing":
+            return None
+        for entry in self.report.get("routing_not_observable", []) or []:
+            if (entry.get("op"), entry.get("switch")) == (op, switch) and entry.get(
+                "target", target
+            ) == target:
+                return entry.get("reason", "")
+        return None
+
+    def unclaimed(self, target: str, op: str) -> dict[str, Any] | None:
+        """What the enabled state showed for an op the target does not claim."""
+        for entry in self.report.get("unclaimed", []) or []:
+            if entry.get("op") == op and entry.get("target", target) == target:
+                return entry
+        return None
+
+
+def unclaimed_text(entry: dict[str, Any]) -> str:
+    """ "not claimed, batch-variant with the switch on: yes/no, smallest case"."""
+    answer = "yes" if entry.get("batch_variant") else "no"
+    text = (
+        f"not claimed, batch-variant with the switch on: {answer} "
+        f"({entry.get('property')}, {entry.get('examples', 0)} examples)"
+    )
+    return text + (f"; smallest case seen: {entry['case']}" if entry.get("case") else "")
+
 
 def load(out: Path) -> ReportData:
     """Read DIR/report.json and stream DIR/examples.jsonl."""

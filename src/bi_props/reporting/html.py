@@ -157,6 +157,51 @@ def render(data: ReportData, plots: bool = True) -> str:
             )
         )
 
+    if r.get("routing_notes"):
+        parts.append("<h2>Routing warnings</h2>")
+        parts.append(_table(["warning"], [[note] for note in r["routing_notes"]]))
+    if r.get("routing_not_observable"):
+        parts.append("<h2>Routing not observable (not a pass)</h2>")
+        parts.append(
+            _table(
+                ["target", "op", "switch", "reason"],
+                [
+                    [
+                        n.get("target", r.get("target")),
+                        n.get("op"),
+                        n.get("switch"),
+                        n.get("reason"),
+                    ]
+                    for n in r["routing_not_observable"]
+                ],
+            )
+        )
+    if r.get("unclaimed"):
+        parts.append("<h2>Ops the target does not claim, with the switch on</h2>")
+        parts.append(
+            _table(
+                [
+                    "target",
+                    "op",
+                    "batch-variant with the switch on",
+                    "property",
+                    "examples",
+                    "smallest case seen",
+                ],
+                [
+                    [
+                        n.get("target", r.get("target")),
+                        n.get("op"),
+                        "yes" if n.get("batch_variant") else "no",
+                        n.get("property"),
+                        n.get("examples"),
+                        n.get("case") or "",
+                    ]
+                    for n in r["unclaimed"]
+                ],
+            )
+        )
+
     parts.append("<h2>Cells</h2>")
     cell_rows = []
     for c in data.cells:
@@ -164,6 +209,10 @@ def render(data: ReportData, plots: bool = True) -> str:
         status = ", ".join(sorted({s.status for s in found})) or (
             "passed" if c.get("examples") else "not run"
         )
+        if status == "passed" and data.unobservable(
+            c["target"], c["op"], c["property"], c["switch"]
+        ):
+            status = "routing not observable"
         cell_rows.append(
             [
                 escape(str(c["target"])),

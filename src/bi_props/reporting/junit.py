@@ -15,7 +15,7 @@ import socket
 import xml.etree.ElementTree as ET
 from datetime import datetime, timezone
 
-from .data import BLIND_CONTROL, ReportData, cell_name, fresh_process
+from .data import BLIND_CONTROL, ReportData, cell_name, fresh_process, unclaimed_text
 from .markdown import first_line
 
 
@@ -86,6 +86,18 @@ def render(data: ReportData) -> str:
             elif not c.get("examples"):
                 counts["skipped"] += 1
                 ET.SubElement(case, "skipped", message="not run: the budget ended first")
+            elif data.unobservable(target, op, prop, switch) is not None:
+                counts["skipped"] += 1
+                why = data.unobservable(target, op, prop, switch)
+                ET.SubElement(case, "skipped", message=_safe(f"routing not observable: {why}"))
+            elif (
+                switch == "enabled"
+                and prop in ("batch_invariance", "logprobs")
+                and data.unclaimed(target, op) is not None
+            ):
+                counts["skipped"] += 1
+                text = unclaimed_text(data.unclaimed(target, op) or {})
+                ET.SubElement(case, "skipped", message=_safe(text))
             elif switch != "disabled" and data.not_covered(target, op) is not None:
                 counts["skipped"] += 1
                 ET.SubElement(

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from .data import BLIND_CONTROL, ReportData, blind_controls, cell_name, fresh_process, round_counts
+from .data import (
+    BLIND_CONTROL,
+    ReportData,
+    blind_controls,
+    cell_name,
+    fresh_process,
+    round_counts,
+    unclaimed_text,
+)
 
 MAX_COVERAGE_ROWS = 200
 
@@ -105,6 +113,26 @@ def render(data: ReportData) -> str:
             out.append(f"- {n.get('target', r.get('target'))} `{n.get('op')}`: {n.get('reason')}")
         out.append("")
 
+    if r.get("routing_notes"):
+        out.append("## Routing warnings\n")
+        out.extend(f"- {note}" for note in r["routing_notes"])
+        out.append("")
+
+    if r.get("routing_not_observable"):
+        out.append("## Routing not observable (not a pass)\n")
+        for n in r["routing_not_observable"]:
+            out.append(
+                f"- {n.get('target', r.get('target'))} `{n.get('op')}` [{n.get('switch')}]: "
+                f"{n.get('reason')}"
+            )
+        out.append("")
+
+    if r.get("unclaimed"):
+        out.append("## Ops the target does not claim, with the switch on\n")
+        for n in r["unclaimed"]:
+            out.append(f"- {n.get('target', r.get('target'))} `{n.get('op')}`: {unclaimed_text(n)}")
+        out.append("")
+
     out.append("## Cells\n")
     out.append("| target | cell | examples (campaign) | this run | status |")
     out.append("| --- | --- | --- | --- | --- |")
@@ -113,6 +141,10 @@ def render(data: ReportData) -> str:
         status = ", ".join(sorted({s.status for s in found})) or (
             "passed" if c.get("examples") else "not run"
         )
+        if status == "passed" and data.unobservable(
+            c["target"], c["op"], c["property"], c["switch"]
+        ):
+            status = "routing not observable"
         out.append(
             f"| {_cell(c['target'])} | {_cell(cell_name(c['op'], c['property'], c['switch']))} "
             f"| {c.get('examples', 0)} | {c.get('examples_this_run', '')} | {status} |"

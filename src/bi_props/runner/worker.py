@@ -240,6 +240,10 @@ def _load(target_spec: str, switch: str):
             repro={"enabled": target.repro_setup(True), "disabled": target.repro_setup(False)},
             pid=os.getpid(),
             provider=provided,
+            promises_inference=bool(
+                target.promises_inference() or provided.get("provider") == "verl"
+            ),
+            routing_note=target.routing_note(),
         )
         return hello, target
     except TargetMissing as exc:

@@ -295,6 +295,9 @@ class AscendTarget(Target):
 
     # -- what the worker reports ------------------------------------------------------------------
 
+    def promises_inference(self) -> bool:
+        return True  # VLLM_BATCH_INVARIANT=1 promises batch-invariant inference
+
     def covered(self) -> tuple[str, ...]:
         return self._plan.covered
 

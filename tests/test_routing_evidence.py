@@ -1,0 +1,158 @@
+"""Routing needs positive evidence (issue 11, defect 2).
+
+Enabled: a covered op must show one of the target's own events (its ROUTES, else any event with its
+KERNEL_PREFIX) or a passing identity check; no evidence is a routing failure saying what was looked
+for. Disabled: none of them. Where nothing can be looked for, the verdict is "not observable",
+never a pass. A module without prefix (thinking-machines style) is judged from the dispatcher.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from bi_props import properties
+from bi_props.case import Case
+from bi_props.observation import Call, Hello, Observation
+from bi_props.runner.controller import Runner
+
+PLANTED = Path(__file__).resolve().parent / "planted"
+
+
+def _obs(switch: str, events, identity=None, active=None, **evidence) -> Observation:
+    call = Call(outputs=(), events=None if events is None else tuple(events))
+    active = switch == "enabled" if active is None else active
+    return Observation(
+        "routing",
+        switch,
+        {"op": call},
+        evidence={"active": active, "identity": identity or {}, **evidence},
+    )
+
+
+def _hello(switch: str, prefix: str = "", routes=None) -> Hello:
+    return Hello("lib", switch, "ready", kernel_prefix=prefix, covered=("mm",), routes=routes or {})
+
+
+# -- the judge -----------------------------------------------------------------------------------
+
+
+def test_enabled_with_a_prefix_and_none_of_its_events_is_a_routing_failure():
+    verdict = properties.routing(_obs("enabled", ["aten::mm"]), _hello("enabled", "lib::"), "mm")
+    assert not verdict.ok and verdict.kind == "mismatch"
+    assert "no evidence that mm reached target 'lib''s kernels" in verdict.message
+    assert "looked for an event starting with 'lib::'" in verdict.message
+    assert "seen: ['aten::mm']" in verdict.message and "identity checks: none" in verdict.message
+
+
+def test_enabled_with_a_prefix_event_passes_and_disabled_with_one_leaks():
+    hello = _hello("enabled", "lib::")
+    assert properties.routing(_obs("enabled", ["aten::mm", "lib::mm"]), hello, "mm").ok
+    assert properties.routing(_obs("disabled", ["aten::mm"]), _hello("disabled", "lib::"), "mm").ok
+    leak = properties.routing(
+        _obs("disabled", ["aten::mm", "lib::mm"]), _hello("disabled", "lib::"), "mm"
+    )
+    assert not leak.ok and "switch leak" in leak.message
+
+
+def test_identity_evidence_alone_is_positive_evidence():
+    yes = _obs("enabled", None, {"torch.mm is lib.mm": True})
+    assert properties.routing(yes, _hello("enabled"), "mm").ok
+    no = properties.routing(
+        _obs("enabled", None, {"torch.mm is lib.mm": False}), _hello("enabled"), "mm"
+    )
+    assert not no.ok and "identity check failed" in no.message
+
+
+@pytest.mark.parametrize("switch", ["enabled", "disabled"])
+def test_nothing_to_look_for_is_not_observable_never_a_pass(switch: str):
+    for events in (None, ["aten::mm"]):  # no profiler, or events but no prefix/routes to match
+        verdict = properties.routing(_obs(switch, events), _hello(switch), "mm")
+        assert (verdict.ok, verdict.kind) == (False, "not_observable"), events
+        assert verdict.message.startswith("routing not observable: target 'lib' declares no")
+
+
+def test_a_profiler_that_cannot_start_is_not_observable():
+    obs = _obs("enabled", None, profiler_error="profiler already running")
+    verdict = properties.routing(obs, _hello("enabled", "lib::"), "mm")
+    assert (verdict.ok, verdict.kind) == (False, "not_observable")
+    assert verdict.message == "routing not observable: profiler already running"
+
+
+# -- real workers: planted libraries -------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def planted_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    paths = [str(PLANTED), os.environ.get("PYTHONPATH", "")]
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, paths)))
+
+
+@contextmanager
+def running(target: str) -> Iterator[Runner]:
+    runner = Runner(target, start_timeout_s=120)
+    try:
+        yield runner
+    finally:
+        runner.close()
+
+
+MM = Case("mm", "torch.mm", "float32", (3, 5, 4), ("contiguous", "contiguous"), "general", 0)
+
+
+def _route(runner: Runner, switch: str) -> properties.Verdict:
+    hello = runner.hello(switch)
+    assert hello.status == "ready", hello.message
+    return properties.routing(runner.observe("routing", MM, switch), hello, "mm")
+
+
+@pytest.mark.slow
+def test_a_noop_enable_fails_routing_when_enabled():
+    with running("planted_noop_enable") as runner:
+        verdict = _route(runner, "enabled")
+        assert not verdict.ok and verdict.kind == "mismatch", verdict
+        assert "looked for an event starting with 'planted_noop_enable::'" in verdict.message
+        assert _route(runner, "disabled").ok
+
+
+@pytest.mark.slow
+def test_a_prefixless_module_is_judged_from_the_dispatcher():
+    with running("planted_tm_correct") as runner:
+        note = runner.hello("enabled").routing_note
+        assert "declares no KERNEL_PREFIX and no ROUTES" in note and "dispatcher" in note
+        assert _route(runner, "enabled").ok
+        assert _route(runner, "disabled").ok
+
+
+@pytest.mark.slow
+def test_a_prefixless_module_leaking_into_the_disabled_state_is_caught():
+    with running("planted_tm_leak") as runner:
+        verdict = _route(runner, "disabled")
+        assert not verdict.ok and "switch leak" in verdict.message, verdict
+        assert "aten::mm [CPU] is registered from" in verdict.message
+        assert str(PLANTED) in verdict.message
+
+
+@pytest.mark.slow
+def test_fuzz_reports_a_routing_failure_for_a_noop_enable(tmp_path: Path):
+    """The issue's acceptance command: `bi-props fuzz --target <no-op module> --ops mm
+    --budget 30` reports a routing failure for mm."""
+    out = tmp_path / "out"
+    command = [sys.executable, "-m", "bi_props.cli", "fuzz", "--target", "planted_noop_enable",
+               "--ops", "mm", "--budget", "30", "--out", str(out), "--seed", "1"]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=400)
+    assert done.returncode == 1, done.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    routing = [f for f in report["findings"] if (f["property"], f["op"]) == ("routing", "mm")]
+    assert [(f["switch"], f["kind"]) for f in routing] == [("enabled", "mismatch")], report[
+        "findings"
+    ]
+    assert "no evidence that mm reached" in routing[0]["message"]
+    assert routing[0]["reproduced_in_fresh_process"] is True
