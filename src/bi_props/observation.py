@@ -73,3 +73,5 @@ class Hello:
     fork_note: str = ""
     # What the switch provider did before the target loaded (switches.py); empty for "env".
     provider: dict[str, Any] = field(default_factory=dict)
+    # The target's declared internal precision per op in this switch state (Target.precision).
+    precision: dict[str, str] = field(default_factory=dict)
