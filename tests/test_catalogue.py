@@ -783,3 +783,25 @@ def test_batch_cases_materialize_for_batchable_ops():
     np.testing.assert_array_equal(ref_batch.value[3:5], ref_alone.value)
     np.testing.assert_array_equal(ref_batch.tolerance[3:5], ref_alone.tolerance)
     assert not np.array_equal(ref_batch.value[:2], ref_alone.value)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
+@pytest.mark.parametrize("n", [256, 4096])
+@pytest.mark.parametrize("op", ["mm", "sum", "rms_norm", "softmax"])
+def test_sixteen_bit_bounds_are_finite_and_reject_zeros_and_negation(op, n, dtype):
+    """Issue 11, defect 1: from n = 256 the bf16 bound was infinite and every output passed. Now
+    it is finite, for float32 internals and for declared 16-bit ones, and an all-zero or a
+    negated output fails (the correctly rounded one passes)."""
+    shape = (4, n, 8) if op == "mm" else (4, n)
+    options = {"dim": -1} if op in ("sum", "softmax") else {}
+    layouts = ("contiguous",) * (1 if op in ("sum", "softmax") else 2)
+    case = Case(op, OPS[op].entries[0], dtype, shape, layouts, "general", 7, options)
+    x = [M.to_float64(t) for t in M.operands(case, M.needle(case), "cpu")]
+    for precision in ("float32", "output"):
+        (ref,) = OPS[op].references(x, case, [4], precision)
+        assert np.isfinite(ref.tolerance).all(), (precision, ref.tolerance)
+        right = round_to_bits(ref.value, dtype)
+        assert compare_to_reference(right, ref.value, ref.tolerance, dtype, "x") is None
+        for wrong in (np.zeros_like(ref.value), -ref.value):
+            bits = round_to_bits(wrong, dtype)
+            assert compare_to_reference(bits, ref.value, ref.tolerance, dtype, "x"), precision

@@ -39,6 +39,12 @@ variance form of the same inequality (Bernstein) the bound sits at 4 sqrt(3) = 6
 deviations: about 1e-11 per element. benchmarks/tightness.py measures what honest orders use
 of it (at most a third, over every case it runs)."""
 
+SIXTEEN_BIT_CAP_ULPS = 32
+"""A sum computed in a 16-bit type is allowed at most this many of that type's ulps of
+max(|sum|, sqrt(sum t^2)) (the typical size of a sum of random-sign terms): honest 16-bit
+accumulation of 4096 random-sign terms shows about 6 (one standard deviation); without the cap the
+probabilistic bound would accept an all-zero bf16 output at K = 4096."""
+
 FALSE_ALARM = 2 * math.exp(-(LAMBDA**2) / 2)
 
 
@@ -183,7 +189,8 @@ def _sum_error(total: Any, squares: Any, absolute: Any, n: int, u: float) -> Any
         c2 = sum_{m=2..n} m^2,  c1 = sum_{m=2..n} m (n - m) / (n - 1),
 
     capped by the deterministic (1 + u)^n - 1 times sum |t|. It grows like u n for cancelling
-    terms and u n^1.5 |mean| for same-sign ones, as reordering errors really do.
+    terms and u n^1.5 |mean| for same-sign ones, as reordering errors really do. In a 16-bit
+    accumulator it is also capped at SIXTEEN_BIT_CAP_ULPS ulps of max(|sum|, sqrt(sum t^2)).
     """
     n = max(int(n), 1)
     with np.errstate(invalid="ignore", over="ignore"):
@@ -193,7 +200,11 @@ def _sum_error(total: Any, squares: Any, absolute: Any, n: int, u: float) -> Any
         c1 = n * (n + 1) / 6 - 1 if n > 1 else 0.0
         spread = squares + 2 * (c2 * mean * mean + c1 * var)
         probabilistic = LAMBDA * u * np.sqrt(spread)
-        return np.minimum(probabilistic, _deterministic(n, u) * absolute)
+        bound = np.minimum(probabilistic, _deterministic(n, u) * absolute)
+        if u > U32:  # a 16-bit accumulator: 2 u is one ulp at the top of a binade
+            typical = np.maximum(np.abs(total), np.sqrt(squares))
+            bound = np.minimum(bound, SIXTEEN_BIT_CAP_ULPS * 2 * u * typical)
+        return bound
 
 
 def _output_rounding(
