@@ -263,7 +263,7 @@ SOFTMAX_BOUND = (
     " the smallest normal"
 )
 RMS_NORM_BOUND = (
-    "relative _sum_error(sum x^2) / sum x^2 + 8 u_acc on each output; plus one rounding to the"
+    "relative _sum_error(sum x^2) / (2 sum x^2) + 8 u_acc on each output; plus one rounding to the"
     " output dtype and the smallest normal"
 )
 
@@ -604,8 +604,8 @@ def _rms_norm_value(
     x: np.ndarray, w: np.ndarray, eps: float, dtype: str, acc: str = "float32"
 ) -> Reference:
     """mean of squares (h positive terms, relative error e_s = _sum_error / sum), + eps, sqrt,
-    divide, times weight, all in ``acc``: relative error <= e_s + 8 u on each output (sqrt
-    halves the error of its argument; the other half and the six single roundings are slack)."""
+    divide, times weight, all in ``acc``: relative error <= e_s / 2 + 8 u on each output (sqrt
+    halves the relative error of its argument; 8 u covers the six single roundings after it)."""
     h, u = x.shape[-1], unit_roundoff(acc)
     with np.errstate(all="ignore"):
         sq = x * x
@@ -613,7 +613,7 @@ def _rms_norm_value(
         ms = total / max(h, 1)
         value = x / np.sqrt(ms + eps) * w
         relative = _sum_error(total, np.sum(sq * sq, axis=-1, keepdims=True), total, h, u)
-        relative = np.where(total > 0, relative / total, 0.0) + 8 * u
+        relative = np.where(total > 0, relative / total / 2, 0.0) + 8 * u
         error = relative * np.abs(value)
     return Reference(value, _output_rounding(value, error, dtype, None, acc), dtype, acc)
 
