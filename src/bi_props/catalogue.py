@@ -25,6 +25,28 @@ from .compare import exact_integer_limit, smallest_normal, unit_roundoff
 
 U32 = unit_roundoff("float32")
 
+PRECISIONS = ("float32", "bfloat16", "float16", "output")
+"""What a target may declare as an op's internal (accumulation) precision; "output" means the
+output's own dtype (a 16-bit output computed in 16 bits, a float32 output in float32)."""
+
+LAMBDA = 4.0
+"""The confidence parameter of the probabilistic bounds below. Azuma-Hoeffding: a sum of
+independent mean-zero rounding errors delta_k * s_k with |delta_k| <= u exceeds
+LAMBDA * u * sqrt(sum s_k^2) with probability at most 2 exp(-LAMBDA^2 / 2) = 6.7e-4 per output
+element (the inequality behind Higham & Mary's Theorem 2.4, for the worst distribution of
+errors bounded by u). Round-to-nearest errors have a variance of at most u^2 / 3, so by the
+variance form of the same inequality (Bernstein) the bound sits at 4 sqrt(3) = 6.9 standard
+deviations: about 1e-11 per element. benchmarks/tightness.py measures what honest orders use
+of it (at most a third, over every case it runs)."""
+
+SIXTEEN_BIT_CAP_ULPS = 32
+"""A sum computed in a 16-bit type is allowed at most this many of that type's ulps of
+max(|sum|, sqrt(sum t^2)) (the typical size of a sum of random-sign terms): honest 16-bit
+accumulation of 4096 random-sign terms shows about 6 (one standard deviation); without the cap the
+probabilistic bound would accept an all-zero bf16 output at K = 4096."""
+
+FALSE_ALARM = 2 * math.exp(-(LAMBDA**2) / 2)
+
 
 @dataclass(frozen=True)
 class Operand:
@@ -50,6 +72,8 @@ class Reference:
     value: np.ndarray
     tolerance: np.ndarray | None
     dtype: str
+    precision: str = "float32"
+    """The internal precision the bound was computed for (the target's declaration, resolved)."""
 
 
 @dataclass(frozen=True)
@@ -61,28 +85,40 @@ class OpInfo:
     operand_shapes: Callable[[Case, int], tuple[tuple[int, ...], ...]]
     call: Callable[[str, Sequence[Any], Case, Sequence[int]], Any]
     reference: Callable[[Sequence[np.ndarray], Case, Sequence[int]], tuple[Reference, ...]]
-    exact_amplitude: Callable[[Case], int]
-    """Largest integer magnitude for the ``exact`` value class (0: exactness is never sound)."""
+    exact_amplitude: Callable[..., int]
+    """``(case, acc="float32")``: largest integer magnitude for the ``exact`` value class when the
+    kernel accumulates in ``acc`` (0: exactness is never sound). Values are drawn with the float32
+    amplitude; a target declaring a narrower precision gets the bounded reference instead."""
     batchable: Callable[[Case], bool] = lambda case: True
     """Whether 'row alone == row in a batch' means anything for this case (not for full sums)."""
     output_batch_axes: tuple[int, ...] = (0,)
     notes: str = ""
+    bound: str = ""
+    """The reference's error bound, in words (reports and the README quote it)."""
     option_choices: dict[str, tuple[Any, ...]] = field(default_factory=dict)
     properties: tuple[str, ...] = OP_PROPERTIES
     inexact_outputs: tuple[int, ...] = ()
     """Outputs never exact even on exact inputs (add_rms_norm's y: a sqrt and a division)."""
 
     def references(
-        self, inputs: Sequence[np.ndarray], case: Case, lengths: Sequence[int]
+        self,
+        inputs: Sequence[np.ndarray],
+        case: Case,
+        lengths: Sequence[int],
+        precision: str = "float32",
     ) -> tuple[Reference, ...]:
-        """The reference with the exactness rule applied: on the ``exact`` value class (only
-        drawn where ``exact_amplitude`` proves every partial result exact) outputs are compared
-        bit for bit; elsewhere within the reference's stated bound."""
-        refs = self.reference(inputs, case, lengths)
-        if case.values != "exact" or self.exact_amplitude(case) < 1:
+        """The reference with the exactness rule applied, for a kernel computing internally in the
+        declared ``precision``: on the ``exact`` value class (drawn with the float32 amplitude)
+        outputs are compared bit for bit against the reference rounded once to the output dtype
+        where the accumulator's exact-integer range holds every partial result; elsewhere within
+        the reference's stated bound, computed for that precision."""
+        acc = accumulation(precision, out_dtype(case))
+        refs = self.reference(inputs, case, lengths, acc)
+        drawn = self.exact_amplitude(case)
+        if case.values != "exact" or drawn < 1 or self.exact_amplitude(case, acc) < drawn:
             return refs
         return tuple(
-            r if i in self.inexact_outputs else Reference(r.value, None, r.dtype)
+            r if i in self.inexact_outputs else Reference(r.value, None, r.dtype, r.precision)
             for i, r in enumerate(refs)
         )
 
@@ -96,44 +132,100 @@ def out_dtype(case: Case) -> str:
     return case.opt("dtype") or case.dtype
 
 
-def _bounded_amplitude(terms: int, dtype: str, scale: float = 1.0) -> int:
-    """Largest integer a with ``terms * a * a * scale`` within the dtype's exact-integer range.
+def accumulation(precision: str, out: str) -> str:
+    """The dtype a kernel's internals round in: the declared precision, "output" resolved to the
+    output dtype. Unknown names are a usage error with the list of valid ones."""
+    if precision not in PRECISIONS:
+        raise ValueError(
+            f"unknown internal precision {precision!r}; declare one of {', '.join(PRECISIONS)}"
+        )
+    return out if precision == "output" else precision
 
-    Then every partial sum of products of integers in [-a, a] is an integer of magnitude at most
-    ``terms * a * a``: exact in float32 accumulation and representable in the output dtype, so the
-    summation order cannot change a single bit.
+
+def _bounded_amplitude(terms: int, acc: str = "float32", scale: float = 1.0) -> int:
+    """Largest integer a with ``terms * a * a * scale`` within the accumulator's exact-integer
+    range (2^24 for float32; the output's own for a kernel that accumulates in 16 bits).
+
+    Then every partial sum of products of integers in [-a, a] is an integer the accumulator holds
+    exactly, whatever the order, and the result is rounded once to the output dtype: the
+    reference rounded once (to nearest even) is the only right answer, bit for bit.
     """
-    limit = exact_integer_limit(dtype)
+    limit = exact_integer_limit(acc)
     if terms == 0:
         return 8
     a = math.isqrt(int(limit / (max(terms, 1) * scale)))
     return min(a, 8)
 
 
-def _u(dtype: str) -> float:
-    """Unit roundoff of a kernel's internals: float32 at least; a 16-bit output may also be
-    computed in its own precision (stock CPU kernels do, e.g. rms_norm in bf16)."""
-    return max(U32, unit_roundoff(dtype))
+def _deterministic(n: int, u: float) -> float:
+    """The worst-case relative bound of n chained roundings, (1 + u)^n - 1 (Higham's gamma_n
+    without its n u < 1 restriction): finite for every n, used only as a cap."""
+    return math.expm1(n * math.log1p(u))
 
 
 def _gamma(n: int, u: float = U32) -> float:
-    """Higham's gamma_n = n u / (1 - n u): the relative error bound of n chained roundings."""
-    nu = n * u
-    return nu / (1 - nu) if nu < 1 else math.inf
+    """Higham & Mary's probabilistic gamma~_n(lambda) = exp(lambda sqrt(n) u + n u^2 / (1 - u)) - 1
+    (N. J. Higham and T. Mary, "A New Approach to Probabilistic Rounding Error Analysis", SIAM J.
+    Sci. Comput. 41(5), 2019, Theorem 2.4: |theta_n| <= gamma~_n(lambda) with probability at
+    least 1 - 2 exp(-lambda^2 (1 - u)^2 / 2); for an inner product of length n, Theorem 3.1, at
+    least 1 - 2 n exp(-lambda^2 (1 - u)^2 / 2)), capped by the deterministic bound. Finite."""
+    probabilistic = math.expm1(LAMBDA * math.sqrt(max(n, 0)) * u + n * u * u / (1 - u))
+    return min(probabilistic, _deterministic(n, u))
+
+
+def _sum_error(total: Any, squares: Any, absolute: Any, n: int, u: float) -> Any:
+    """Allowed error of a sum of n terms (products already rounded or not) in any value-oblivious
+    order and grouping (sequential, blocked, split, pairwise), accumulated with unit roundoff u.
+
+    Every addition rounds its partial sum s: the error is sum(delta_k s_k) + sum(delta_i t_i)
+    over the additions and the products. By Azuma-Hoeffding it is within
+    LAMBDA * u * sqrt(sum s_k^2 + sum t_i^2) except with probability 2 exp(-LAMBDA^2 / 2). The
+    partial sums depend on the order: the drawn terms are exchangeable (independent draws), and
+    for a node summing m of them E[s^2] = m^2 mean^2 + m var (n - m) / (n - 1); a sequential
+    chain (nodes of every size 2..n) has the largest total. Twice that expectation stands for
+    the realized one (a single dominant term at the start of the chain doubles it). Hence
+
+        LAMBDA * u * sqrt(sum t^2 + 2 (c2 mean^2 + c1 var)),
+        c2 = sum_{m=2..n} m^2,  c1 = sum_{m=2..n} m (n - m) / (n - 1),
+
+    capped by the deterministic (1 + u)^n - 1 times sum |t|. It grows like u n for cancelling
+    terms and u n^1.5 |mean| for same-sign ones, as reordering errors really do. In a 16-bit
+    accumulator it is also capped at SIXTEEN_BIT_CAP_ULPS ulps of max(|sum|, sqrt(sum t^2)).
+    """
+    n = max(int(n), 1)
+    with np.errstate(invalid="ignore", over="ignore"):
+        mean = np.asarray(total, dtype=np.float64) / n
+        var = np.maximum(np.asarray(squares, dtype=np.float64) / n - mean * mean, 0.0)
+        c2 = n * (n + 1) * (2 * n + 1) / 6 - 1
+        c1 = n * (n + 1) / 6 - 1 if n > 1 else 0.0
+        spread = squares + 2 * (c2 * mean * mean + c1 * var)
+        probabilistic = LAMBDA * u * np.sqrt(spread)
+        bound = np.minimum(probabilistic, _deterministic(n, u) * absolute)
+        if u > U32:  # a 16-bit accumulator: 2 u is one ulp at the top of a binade
+            typical = np.maximum(np.abs(total), np.sqrt(squares))
+            bound = np.minimum(bound, SIXTEEN_BIT_CAP_ULPS * 2 * u * typical)
+        return bound
 
 
 def _output_rounding(
-    value: np.ndarray, computed_error: np.ndarray, dtype: str, magnitude: Any = None
+    value: np.ndarray,
+    computed_error: np.ndarray,
+    dtype: str,
+    magnitude: Any = None,
+    acc: str = "float32",
 ) -> np.ndarray:
-    """The stated bound: ``computed_error`` (float32 internals), the final rounding to ``dtype``
-    (u |value|), and up to two intermediate roundings in the output dtype, as stock kernels do
-    (a 16-bit product rounded before a bias is added, an exp stored in bf16): 2 u ``magnitude``,
-    where ``magnitude`` bounds the intermediate (the sum of absolute terms; |value| if None);
-    and an absolute slack of the smallest normal number: subnormal results may be flushed to zero.
+    """The stated bound: ``computed_error`` (the internals, in ``acc``), one final rounding to
+    ``dtype`` (u |value|), and an absolute slack of the smallest normal number (subnormal results
+    may be flushed to zero). A kernel declaring 16-bit internals (``acc`` == the 16-bit output
+    dtype) may also round up to two intermediates in that dtype (a product rounded before a bias is
+    added, an exp stored in bf16): 2 u ``magnitude``, where ``magnitude`` bounds the intermediate
+    (the sum of absolute terms; |value| if None). A float32-accumulating kernel gets no such
+    slack: an intermediate rounded through a narrower type is exactly what the check must catch.
     """
     u = unit_roundoff(dtype)
     magnitude = np.abs(value) if magnitude is None else magnitude
-    intermediate = 2 * u * magnitude if dtype not in ("float32", "float64") else 0.0
+    narrow = acc == dtype and dtype not in ("float32", "float64")
+    intermediate = 2 * u * magnitude if narrow else 0.0
     return (1 + u) * computed_error + u * np.abs(value) + intermediate + smallest_normal(dtype)
 
 
@@ -141,14 +233,39 @@ def _output_rounding(
 # Matrix products
 
 
-def _product_reference(a: np.ndarray, b: np.ndarray, k: int, dtype: str) -> Reference:
-    """A product summed in float32 in any order is within gamma_k * (|A| @ |B|) of the truth."""
+PRODUCT_BOUND = (
+    "LAMBDA u_acc sqrt(sum t^2 + 2 E[sum s^2]) over the K products t (the sum-of-terms bound,"
+    " _sum_error), capped by ((1 + u_acc)^K - 1) |A| @ |B|; plus one rounding to the output"
+    " dtype and the smallest normal"
+)
+
+
+def _product_reference(
+    a: np.ndarray, b: np.ndarray, k: int, dtype: str, acc: str = "float32"
+) -> Reference:
+    """A product of K terms summed in ``acc`` in any value-oblivious order (_sum_error)."""
     with np.errstate(all="ignore"):
         value = a @ b
         magnitude = np.abs(a) @ np.abs(b)
-    return Reference(
-        value, _output_rounding(value, _gamma(k, _u(dtype)) * magnitude, dtype, magnitude), dtype
-    )
+        squares = (a * a) @ (b * b)
+    error = _sum_error(value, squares, magnitude, k, unit_roundoff(acc))
+    return Reference(value, _output_rounding(value, error, dtype, magnitude, acc), dtype, acc)
+
+
+SUM_BOUND = (
+    "a sum of n terms: LAMBDA u_acc sqrt(sum x^2 + 2 E[sum s^2]) (_sum_error), capped by"
+    " ((1 + u_acc)^n - 1) sum |x|; mean: / n + 2 u_acc |mean|; plus one rounding to the output"
+    " dtype and the smallest normal"
+)
+SOFTMAX_BOUND = (
+    "relative u_acc (2 |x_i - max| + 8) + 2 u_acc sum_j |x_j - max| p_j + _sum_error(sum exp) /"
+    " sum exp (log_softmax: absolute, + u_acc |value|); plus one rounding to the output dtype and"
+    " the smallest normal"
+)
+RMS_NORM_BOUND = (
+    "relative _sum_error(sum x^2) / (2 sum x^2) + 8 u_acc on each output; plus one rounding to the"
+    " output dtype and the smallest normal"
+)
 
 
 def _mm_shapes(case: Case, rows: int) -> tuple[tuple[int, ...], ...]:
@@ -163,8 +280,8 @@ def _mm_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]
     return a.mm(b) if entry == "Tensor.mm" else torch.mm(a, b)
 
 
-def _mm_reference(x: Sequence[np.ndarray], case: Case, lengths: Sequence[int]):
-    return (_product_reference(x[0], x[1], case.shape[1], out_dtype(case)),)
+def _mm_reference(x: Sequence[np.ndarray], case: Case, lengths: Sequence[int], acc="float32"):
+    return (_product_reference(x[0], x[1], case.shape[1], out_dtype(case), acc),)
 
 
 MATMUL_FORMS = ("2d", "batched", "broadcast", "vector")
@@ -197,16 +314,18 @@ def _matmul_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[
     return a @ b if entry == "operator.matmul" else torch.matmul(a, b)
 
 
-def _matmul_reference(x: Sequence[np.ndarray], case: Case, lengths: Sequence[int]):
+def _matmul_reference(
+    x: Sequence[np.ndarray], case: Case, lengths: Sequence[int], acc: str = "float32"
+):
     form = case.opt("form", "2d")
     k = case.shape[1] if form in ("2d", "vector") else case.shape[2]
-    return (_product_reference(x[0], x[1], k, out_dtype(case)),)
+    return (_product_reference(x[0], x[1], k, out_dtype(case), acc),)
 
 
-def _matmul_amplitude(case: Case) -> int:
+def _matmul_amplitude(case: Case, acc: str = "float32") -> int:
     form = case.opt("form", "2d")
     k = case.shape[1] if form in ("2d", "vector") else case.shape[2]
-    return _bounded_amplitude(k, out_dtype(case))
+    return _bounded_amplitude(k, acc)
 
 
 def _bmm_shapes(case: Case, rows: int) -> tuple[tuple[int, ...], ...]:
@@ -220,8 +339,8 @@ def _bmm_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int
     return torch.bmm(*args)
 
 
-def _bmm_reference(x: Sequence[np.ndarray], case: Case, lengths: Sequence[int]):
-    return (_product_reference(x[0], x[1], case.shape[2], out_dtype(case)),)
+def _bmm_reference(x: Sequence[np.ndarray], case: Case, lengths: Sequence[int], acc="float32"):
+    return (_product_reference(x[0], x[1], case.shape[2], out_dtype(case), acc),)
 
 
 def _addmm_operands(case: Case) -> tuple[Operand, ...]:
@@ -242,8 +361,11 @@ def _addmm_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[i
     return torch.addmm(c, a, b, beta=case.opt("beta", 1), alpha=case.opt("alpha", 1))
 
 
-def _addmm_reference(x: Sequence[np.ndarray], case: Case, lengths: Sequence[int]):
-    """beta*C + alpha*(A@B); beta and alpha are powers of two (or 0), so scaling is exact."""
+def _addmm_reference(
+    x: Sequence[np.ndarray], case: Case, lengths: Sequence[int], acc: str = "float32"
+):
+    """beta*C + alpha*(A@B); beta and alpha are powers of two (or 0), so scaling is exact: a sum
+    of K + 1 terms (the K scaled products and the bias)."""
     c, a, b = x
     beta, alpha = case.opt("beta", 1), case.opt("alpha", 1)
     k, dtype = case.shape[1], out_dtype(case)
@@ -252,16 +374,17 @@ def _addmm_reference(x: Sequence[np.ndarray], case: Case, lengths: Sequence[int]
         c_term = beta * c if beta != 0 else np.zeros_like(product)
         value = c_term + alpha * product
         magnitude = np.abs(c_term) + abs(alpha) * (np.abs(a) @ np.abs(b))
-    bound = _output_rounding(value, _gamma(k + 1, _u(dtype)) * magnitude, dtype, magnitude)
-    return (Reference(value, bound, dtype),)
+        squares = c_term * c_term + alpha * alpha * ((a * a) @ (b * b))
+    error = _sum_error(value, squares, magnitude, k + 1, unit_roundoff(acc))
+    return (Reference(value, _output_rounding(value, error, dtype, magnitude, acc), dtype, acc),)
 
 
-def _addmm_amplitude(case: Case) -> int:
+def _addmm_amplitude(case: Case, acc: str = "float32") -> int:
     k = case.shape[1]
     scale = abs(case.opt("alpha", 1)) + abs(case.opt("beta", 1))
     # A power-of-two alpha of 0.5 could make an odd integer sum a half-integer: still exact in
     # binary floating point, so only the magnitude matters.
-    return _bounded_amplitude(k + 1, out_dtype(case), scale)
+    return _bounded_amplitude(k + 1, acc, scale)
 
 
 def _linear_operands(case: Case) -> tuple[Operand, ...]:
@@ -286,20 +409,24 @@ def _linear_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[
     return torch.nn.functional.linear(*args)
 
 
-def _linear_reference(x: Sequence[np.ndarray], case: Case, lengths: Sequence[int]):
+def _linear_reference(
+    x: Sequence[np.ndarray], case: Case, lengths: Sequence[int], acc: str = "float32"
+):
     k, dtype = case.shape[-2], out_dtype(case)
     with np.errstate(all="ignore"):
         value = x[0] @ x[1].T
         magnitude = np.abs(x[0]) @ np.abs(x[1]).T
+        squares = (x[0] * x[0]) @ (x[1] * x[1]).T
         if len(x) == 3:
             value = value + x[2]
             magnitude = magnitude + np.abs(x[2])
-    bound = _output_rounding(value, _gamma(k + 1, _u(dtype)) * magnitude, dtype, magnitude)
-    return (Reference(value, bound, dtype),)
+            squares = squares + x[2] * x[2]
+    error = _sum_error(value, squares, magnitude, k + 1, unit_roundoff(acc))
+    return (Reference(value, _output_rounding(value, error, dtype, magnitude, acc), dtype, acc),)
 
 
-def _linear_amplitude(case: Case) -> int:
-    return _bounded_amplitude(case.shape[-2] + 1, out_dtype(case))
+def _linear_amplitude(case: Case, acc: str = "float32") -> int:
+    return _bounded_amplitude(case.shape[-2] + 1, acc)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -354,21 +481,25 @@ def _reduce_call(name: str) -> Callable[[str, Sequence[Any], Case, Sequence[int]
 
 
 def _reduce_reference(mean: bool):
-    def reference(x: Sequence[np.ndarray], case: Case, lengths: Sequence[int]):
-        """A sum of n terms accumulated in float32 in any order: within gamma_n * sum |x|."""
+    def reference(
+        x: Sequence[np.ndarray], case: Case, lengths: Sequence[int], acc: str = "float32"
+    ):
+        """A sum of n terms accumulated in ``acc`` in any value-oblivious order: _sum_error."""
         dims = _dims(case)
         keep = bool(case.opt("keepdim", False)) and case.opt("dim") is not None
-        n, dtype = _reduced_count(case), out_dtype(case)
+        n, dtype, u = _reduced_count(case), out_dtype(case), unit_roundoff(acc)
         with np.errstate(all="ignore"):
             value = np.sum(x[0], axis=dims, keepdims=keep)
             magnitude = np.sum(np.abs(x[0]), axis=dims, keepdims=keep)
-            error = _gamma(n, _u(dtype)) * magnitude
+            squares = np.sum(x[0] * x[0], axis=dims, keepdims=keep)
+            error = _sum_error(value, squares, magnitude, n, u)
             if mean:
                 value = value / n if n else np.full_like(value, np.nan)
                 # One more rounding for the division (or for a reciprocal multiply: two).
-                error = error / max(n, 1) + 2 * _u(dtype) * np.abs(value)
-        bound = _output_rounding(value, error, dtype, magnitude / max(n, 1) if mean else magnitude)
-        return (Reference(np.asarray(value), bound, dtype),)
+                error = error / max(n, 1) + 2 * u * np.abs(value)
+        intermediate = magnitude / max(n, 1) if mean else magnitude
+        bound = _output_rounding(value, error, dtype, intermediate, acc)
+        return (Reference(np.asarray(value), bound, dtype, acc),)
 
     return reference
 
@@ -377,16 +508,16 @@ def _reduction_batchable(case: Case) -> bool:
     return case.opt("dim") is not None and 0 not in _dims(case) and len(case.shape) > 1
 
 
-def _sum_amplitude(case: Case) -> int:
-    return min(8, exact_integer_limit(out_dtype(case)) // max(_reduced_count(case), 1))
+def _sum_amplitude(case: Case, acc: str = "float32") -> int:
+    return min(8, exact_integer_limit(acc) // max(_reduced_count(case), 1))
 
 
-def _mean_amplitude(case: Case) -> int:
+def _mean_amplitude(case: Case, acc: str = "float32") -> int:
     """Exact only when the count is a power of two: then the division is exact too."""
     n = _reduced_count(case)
     if n == 0 or n & (n - 1):
         return 0
-    return _sum_amplitude(case)
+    return _sum_amplitude(case, acc)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -410,12 +541,16 @@ def _softmax_call(name: str) -> Callable[[str, Sequence[Any], Case, Sequence[int
 
 
 def _softmax_reference(log: bool):
-    def reference(x: Sequence[np.ndarray], case: Case, lengths: Sequence[int]):
-        """Computed in float32: x - max (one rounding each), exp (a few ulp), a sum of n terms,
-        one division or log. Hence, with R = max |x - max| and n the row length:
-        softmax relative error <= u (2R + n + 8); log_softmax absolute error <= u (2R + n + 8)
-        + u |log_softmax|."""
-        dim, dtype = case.opt("dim", -1), out_dtype(case)
+    def reference(
+        x: Sequence[np.ndarray], case: Case, lengths: Sequence[int], acc: str = "float32"
+    ):
+        """Computed in ``acc``: x - max (one rounding: an argument error u |x - max|), exp (that
+        error, relative, plus a few ulp), a sum of n positive terms (relative error
+        e_s = _sum_error / sum, plus the terms' own errors weighted by their share), one division
+        or log. Hence, with d_i = |x_i - max| and p_i the softmax:
+        softmax relative error <= u (2 d_i + 8) + 2 u sum_j d_j p_j + e_s; log_softmax absolute
+        error <= the same + u |log_softmax|."""
+        dim, dtype, u = case.opt("dim", -1), out_dtype(case), unit_roundoff(acc)
         v = x[0]
         n = v.shape[dim] if v.ndim else 1
         with np.errstate(all="ignore"):
@@ -423,17 +558,20 @@ def _softmax_reference(log: bool):
             shifted = v - m
             e = np.exp(shifted)
             s = np.sum(e, axis=dim, keepdims=True)
-            spread = np.max(np.abs(shifted), axis=dim, keepdims=True) if v.size else shifted
-            slack = _u(dtype) * (2 * spread + n + 8)
+            squares = np.sum(e * e, axis=dim, keepdims=True)
+            d = np.abs(shifted)
+            weighted = np.sum(np.where(e > 0, d * e, 0.0), axis=dim, keepdims=True) / s
+            slack = u * (2 * d + 8) + 2 * u * weighted + _sum_error(s, squares, s, n, u) / s
             if log:
                 value = shifted - np.log(s)
-                error = slack + _u(dtype) * np.abs(value)
+                error = slack + u * np.abs(value)
                 magnitude = np.abs(shifted) + np.abs(np.log(s))
             else:
                 value = e / s
                 error = slack * value
                 magnitude = value
-        return (Reference(value, _output_rounding(value, error, dtype, magnitude), dtype),)
+        bound = _output_rounding(value, error, dtype, magnitude, acc)
+        return (Reference(value, bound, dtype, acc),)
 
     return reference
 
@@ -462,15 +600,22 @@ def _eps(case: Case) -> float:
     return 2.0**-23 if eps is None else float(eps)
 
 
-def _rms_norm_value(x: np.ndarray, w: np.ndarray, eps: float, dtype: str) -> Reference:
-    """mean of squares (h terms), + eps, sqrt, divide, times weight, all in float32:
-    relative error <= gamma_{h + 6} on each output (sqrt halves the error of its argument)."""
-    h = x.shape[-1]
+def _rms_norm_value(
+    x: np.ndarray, w: np.ndarray, eps: float, dtype: str, acc: str = "float32"
+) -> Reference:
+    """mean of squares (h positive terms, relative error e_s = _sum_error / sum), + eps, sqrt,
+    divide, times weight, all in ``acc``: relative error <= e_s / 2 + 8 u on each output (sqrt
+    halves the relative error of its argument; 8 u covers the six single roundings after it)."""
+    h, u = x.shape[-1], unit_roundoff(acc)
     with np.errstate(all="ignore"):
-        ms = np.mean(x * x, axis=-1, keepdims=True)
+        sq = x * x
+        total = np.sum(sq, axis=-1, keepdims=True)
+        ms = total / max(h, 1)
         value = x / np.sqrt(ms + eps) * w
-        error = _gamma(h + 6, _u(dtype)) * np.abs(value)
-    return Reference(value, _output_rounding(value, error, dtype), dtype)
+        relative = _sum_error(total, np.sum(sq * sq, axis=-1, keepdims=True), total, h, u)
+        relative = np.where(total > 0, relative / total / 2, 0.0) + 8 * u
+        error = relative * np.abs(value)
+    return Reference(value, _output_rounding(value, error, dtype, None, acc), dtype, acc)
 
 
 def _rms_norm_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]) -> Any:
@@ -480,8 +625,10 @@ def _rms_norm_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequenc
     return torch.nn.functional.rms_norm(x, (x.shape[-1],), w, eps=case.opt("eps"))
 
 
-def _rms_norm_reference(x: Sequence[np.ndarray], case: Case, lengths: Sequence[int]):
-    return (_rms_norm_value(x[0], x[1], _eps(case), case.dtype),)
+def _rms_norm_reference(
+    x: Sequence[np.ndarray], case: Case, lengths: Sequence[int], acc: str = "float32"
+):
+    return (_rms_norm_value(x[0], x[1], _eps(case), case.dtype, acc),)
 
 
 def _add_rms_norm_operands(case: Case) -> tuple[Operand, ...]:
@@ -504,7 +651,9 @@ def _add_rms_norm_call(entry: str, args: Sequence[Any], case: Case, lengths: Seq
     return (y, rest[-1])
 
 
-def _add_rms_norm_reference(x: Sequence[np.ndarray], case: Case, lengths: Sequence[int]):
+def _add_rms_norm_reference(
+    x: Sequence[np.ndarray], case: Case, lengths: Sequence[int], acc: str = "float32"
+):
     """The residual output x + residual is one rounding of an exact sum: bitwise on exact inputs,
     within one rounding otherwise. y is rms_norm of the *rounded* sum, as kernels compute it."""
     from .compare import bits_to_float64, round_to_bits
@@ -514,12 +663,12 @@ def _add_rms_norm_reference(x: Sequence[np.ndarray], case: Case, lengths: Sequen
     rounded = bits_to_float64(round_to_bits(total, dtype), dtype)
     resid_tol = unit_roundoff(dtype) * np.abs(total)
     return (
-        _rms_norm_value(rounded, x[2], _eps(case), dtype),
-        Reference(total, resid_tol, dtype),
+        _rms_norm_value(rounded, x[2], _eps(case), dtype, acc),
+        Reference(total, resid_tol, dtype, acc),
     )
 
 
-def _add_rms_norm_amplitude(case: Case) -> int:
+def _add_rms_norm_amplitude(case: Case, acc: str = "float32") -> int:
     """Only the residual output can be exact; y involves sqrt and division."""
     return 8
 
@@ -549,7 +698,9 @@ def _attention_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequen
     return function(q, k, v, cu, 1.0 / math.sqrt(case.shape[3]), True)
 
 
-def _attention_reference(x: Sequence[np.ndarray], case: Case, lengths: Sequence[int]):
+def _attention_reference(
+    x: Sequence[np.ndarray], case: Case, lengths: Sequence[int], acc: str = "float32"
+):
     """Causal attention per sequence. The scores carry gamma_D * scale * sum|q||k| of error; softmax
     turns a score error d into a relative weight error of about 2d, and the weighted sum of L values
     adds gamma_L; all relative to sum_j p_j |v_j|."""
@@ -557,6 +708,7 @@ def _attention_reference(x: Sequence[np.ndarray], case: Case, lengths: Sequence[
     _, heads, kv_heads, head_dim = case.shape
     scale = 1.0 / math.sqrt(head_dim)
     group = heads // kv_heads
+    u = unit_roundoff(acc)
     value = np.zeros_like(q)
     error = np.zeros_like(q)
     magnitude = np.zeros_like(q)
@@ -578,17 +730,17 @@ def _attention_reference(x: Sequence[np.ndarray], case: Case, lengths: Sequence[
             out = np.einsum("hij,jhd->ihd", p, vs)
             weighted = np.einsum("hij,jhd->ihd", p, np.abs(vs))
             # d: the error of each score, per (head, query).
-            d = _gamma(head_dim + 2, _u(case.dtype)) * np.where(mask, 0, score_mag).max(-1)
+            d = _gamma(head_dim + 2, u) * np.where(mask, 0, score_mag).max(-1)
             spread = np.where(mask, 0, np.abs(scores - m)).max(-1)
-            rel = 2 * d + _u(case.dtype) * (2 * spread + length + head_dim + 8)
+            rel = 2 * d + u * (2 * spread + 8) + 2 * _gamma(length + head_dim, u)
             value[sl] = out
             error[sl] = rel.T[:, :, None] * weighted
             magnitude[sl] = weighted
-    bound = _output_rounding(value, error, case.dtype, magnitude)
-    return (Reference(value, bound, case.dtype),)
+    bound = _output_rounding(value, error, case.dtype, magnitude, acc)
+    return (Reference(value, bound, case.dtype, acc),)
 
 
-def _never_exact(case: Case) -> int:
+def _never_exact(case: Case, acc: str = "float32") -> int:
     return 0
 
 
@@ -602,7 +754,9 @@ def _silu_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[in
     return torch.nn.functional.silu(args[0])
 
 
-def _silu_reference(x: Sequence[np.ndarray], case: Case, lengths: Sequence[int]):
+def _silu_reference(
+    x: Sequence[np.ndarray], case: Case, lengths: Sequence[int], acc: str = "float32"
+):
     """x / (1 + exp(-x)) in float32: exp (1-2 ulp), one add, one division: relative error
     <= u (|x| + 4), the |x| from exp's argument scaling its own relative error. Where exp(-x)
     overflows float32 (x < -88.72) a float32 kernel returns -0.0 for a true value of magnitude
@@ -610,9 +764,9 @@ def _silu_reference(x: Sequence[np.ndarray], case: Case, lengths: Sequence[int])
     dtype = case.dtype
     with np.errstate(all="ignore"):
         value = x[0] / (1.0 + np.exp(-x[0]))
-        error = _u(dtype) * (np.abs(x[0]) + 4) * np.abs(value)
+        error = unit_roundoff(acc) * (np.abs(x[0]) + 4) * np.abs(value)
         error = np.where(x[0] < -88.72, np.abs(value), error)
-    return (Reference(value, _output_rounding(value, error, dtype), dtype),)
+    return (Reference(value, _output_rounding(value, error, dtype, None, acc), dtype, acc),)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -644,7 +798,7 @@ def _model_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[i
     return run_batch(model, tokens, list(lengths), entry)
 
 
-def _no_reference(x: Sequence[np.ndarray], case: Case, lengths: Sequence[int]):
+def _no_reference(x: Sequence[np.ndarray], case: Case, lengths: Sequence[int], acc="float32"):
     raise NotImplementedError("the probe model has no float64 reference; use logprobs/decode")
 
 
@@ -675,7 +829,9 @@ def _engine_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[
     return function(tokens + ENGINE_SPECIAL_TOKENS, list(lengths))
 
 
-def _engine_no_reference(x: Sequence[np.ndarray], case: Case, lengths: Sequence[int]):
+def _engine_no_reference(
+    x: Sequence[np.ndarray], case: Case, lengths: Sequence[int], acc: str = "float32"
+):
     raise NotImplementedError("the engine has no float64 reference; use logprobs/determinism")
 
 
@@ -690,7 +846,8 @@ OPS: dict[str, OpInfo] = {
             operand_shapes=_mm_shapes,
             call=_mm_call,
             reference=_mm_reference,
-            exact_amplitude=lambda case: _bounded_amplitude(case.shape[1], out_dtype(case)),
+            exact_amplitude=lambda case, acc="float32": _bounded_amplitude(case.shape[1], acc),
+            bound=PRODUCT_BOUND,
         ),
         OpInfo(
             name="matmul",
@@ -703,6 +860,7 @@ OPS: dict[str, OpInfo] = {
             reference=_matmul_reference,
             exact_amplitude=_matmul_amplitude,
             option_choices={"form": MATMUL_FORMS},
+            bound=PRODUCT_BOUND,
         ),
         OpInfo(
             name="bmm",
@@ -712,7 +870,8 @@ OPS: dict[str, OpInfo] = {
             operand_shapes=_bmm_shapes,
             call=_bmm_call,
             reference=_bmm_reference,
-            exact_amplitude=lambda case: _bounded_amplitude(case.shape[2], out_dtype(case)),
+            exact_amplitude=lambda case, acc="float32": _bounded_amplitude(case.shape[2], acc),
+            bound=PRODUCT_BOUND,
         ),
         OpInfo(
             name="addmm",
@@ -728,6 +887,7 @@ OPS: dict[str, OpInfo] = {
                 "alpha": (1, 2, 0.5, -1),
                 "bias": ("vector", "matrix"),
             },
+            bound=PRODUCT_BOUND + " (K + 1 terms: the bias is one)",
         ),
         OpInfo(
             name="linear",
@@ -739,6 +899,7 @@ OPS: dict[str, OpInfo] = {
             reference=_linear_reference,
             exact_amplitude=_linear_amplitude,
             option_choices={"bias": (True, False), "form": ("2d", "3d")},
+            bound=PRODUCT_BOUND + " (K + 1 terms with a bias)",
         ),
         OpInfo(
             name="sum",
@@ -750,6 +911,7 @@ OPS: dict[str, OpInfo] = {
             reference=_reduce_reference(mean=False),
             exact_amplitude=_sum_amplitude,
             batchable=_reduction_batchable,
+            bound=SUM_BOUND,
         ),
         OpInfo(
             name="mean",
@@ -761,6 +923,7 @@ OPS: dict[str, OpInfo] = {
             reference=_reduce_reference(mean=True),
             exact_amplitude=_mean_amplitude,
             batchable=_reduction_batchable,
+            bound=SUM_BOUND,
         ),
         OpInfo(
             name="softmax",
@@ -772,6 +935,7 @@ OPS: dict[str, OpInfo] = {
             reference=_softmax_reference(log=False),
             exact_amplitude=_never_exact,
             batchable=_softmax_batchable,
+            bound=SOFTMAX_BOUND,
         ),
         OpInfo(
             name="log_softmax",
@@ -783,6 +947,7 @@ OPS: dict[str, OpInfo] = {
             reference=_softmax_reference(log=True),
             exact_amplitude=_never_exact,
             batchable=_softmax_batchable,
+            bound=SOFTMAX_BOUND,
         ),
         OpInfo(
             name="rms_norm",
@@ -793,6 +958,7 @@ OPS: dict[str, OpInfo] = {
             call=_rms_norm_call,
             reference=_rms_norm_reference,
             exact_amplitude=_never_exact,
+            bound=RMS_NORM_BOUND,
         ),
         OpInfo(
             name="add_rms_norm",
@@ -806,6 +972,7 @@ OPS: dict[str, OpInfo] = {
             exact_amplitude=_add_rms_norm_amplitude,
             output_batch_axes=(0, 0),
             inexact_outputs=(0,),
+            bound=RMS_NORM_BOUND + "; the residual x + residual: one rounding",
         ),
         OpInfo(
             name="attention",
@@ -816,6 +983,8 @@ OPS: dict[str, OpInfo] = {
             call=_attention_call,
             reference=_attention_reference,
             exact_amplitude=_never_exact,
+            bound="Higham & Mary's gamma~ for the score dot products and the two length sums,"
+            " softmax's exp terms as above; relative to sum p |v|",
         ),
         OpInfo(
             name="silu",
@@ -826,6 +995,8 @@ OPS: dict[str, OpInfo] = {
             call=_silu_call,
             reference=_silu_reference,
             exact_amplitude=_never_exact,
+            bound="relative u_acc (|x| + 4) (exp, one add, one division); the flush to -0.0"
+            " where exp(-x) overflows",
         ),
         OpInfo(
             name="probe_model",

@@ -48,6 +48,17 @@ def exact_integer_limit(dtype: str) -> int:
     return 2 ** FORMATS[dtype][1]
 
 
+def ulp_size(values: np.ndarray, dtype: str) -> np.ndarray:
+    """The spacing of ``dtype``'s representable numbers at each |value| (the subnormal spacing
+    below the smallest normal): one ulp, in which distances and allowed slacks are stated."""
+    p = FORMATS[dtype][1]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        magnitude = np.maximum(np.abs(np.asarray(values, dtype=np.float64)), smallest_normal(dtype))
+        exponent = np.floor(np.log2(magnitude))
+    spacing = np.exp2(exponent - (p - 1))
+    return np.where(np.isfinite(spacing), spacing, np.exp2(np.log2(FORMATS[dtype][2]) - (p - 1)))
+
+
 def bits_to_float64(bits: np.ndarray, dtype: str) -> np.ndarray:
     """Decode stored bit patterns to float64 values (exact: every format here embeds in float64)."""
     bits = np.asarray(bits)
@@ -232,3 +243,28 @@ def compare_to_reference(
     if ok.all():
         return None
     return _mismatch(what, ~ok, actual, desired, dtype, tol, r)
+
+
+def ulp_summary(
+    actual: np.ndarray, reference: np.ndarray, tolerance: np.ndarray | None, dtype: str
+) -> tuple[int, float]:
+    """(observed, allowed) in ulps of ``dtype`` at the element that uses most of its allowed
+    slack: the distance from the reference rounded once to ``dtype`` (0 for +0.0 vs -0.0), and
+    the bound there divided by the ulp at the reference (0 when comparing bit for bit). Elements
+    that are NaN or infinite on either side are left out; (0, 0.0) when nothing is left."""
+    desired = round_to_bits(reference, dtype)
+    a = bits_to_float64(actual, dtype)
+    r = np.asarray(reference, dtype=np.float64)
+    with np.errstate(invalid="ignore", over="ignore"):
+        finite = np.isfinite(a) & np.isfinite(r) & np.isfinite(bits_to_float64(desired, dtype))
+    if not finite.any():
+        return 0, 0.0
+    distance = ulp_distance(actual, desired, dtype)[finite].astype(np.int64)
+    if tolerance is None:
+        return int(distance.max()), 0.0
+    tol = np.broadcast_to(np.asarray(tolerance, dtype=np.float64), r.shape)[finite]
+    allowed = tol / ulp_size(r[finite], dtype)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        use = np.where(allowed > 0, distance / allowed, np.where(distance > 0, np.inf, 0.0))
+    worst = int(np.argmax(use))
+    return int(distance[worst]), float(allowed[worst])

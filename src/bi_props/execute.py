@@ -45,7 +45,8 @@ def observe_reference(case: Case, target: Target) -> dict[str, Any]:
     _, call = _invoke(case, args, lengths)
     refs = None
     if not call.raised:
-        refs = OPS[case.op].references([to_float64(a) for a in args], case, lengths)
+        inputs = [to_float64(a) for a in args]
+        refs = OPS[case.op].references(inputs, case, lengths, target.precision(case.op))
     return {"calls": {"op": call}, "references": refs}
 
 
@@ -192,7 +193,8 @@ def export(prop: str, case: Case, target: Target) -> dict[str, Any]:
         exported["output_batch_axes"] = list(info.output_batch_axes)
     if prop == "reference":
         args = operands(case, groups["alone"], "cpu")
-        refs = info.references([to_float64(a) for a in args], case, [case.shape[0]])
+        inputs = [to_float64(a) for a in args]
+        refs = info.references(inputs, case, [case.shape[0]], target.precision(case.op))
         exported["references"] = [
             {
                 "dtype": r.dtype,

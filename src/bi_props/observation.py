@@ -78,3 +78,5 @@ class Hello:
     promises_inference: bool = False
     # How routing is observed when the target's own events cannot show it (Target.routing_note).
     routing_note: str = ""
+    # The target's declared internal precision per op in this switch state (Target.precision).
+    precision: dict[str, str] = field(default_factory=dict)

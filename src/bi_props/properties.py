@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import switches
-from .compare import compare_bits, compare_to_reference
+from .compare import compare_bits, compare_to_reference, ulp_summary
 from .observation import Call, Hello, Observation
 
 
@@ -20,6 +20,10 @@ class Verdict:
     message: str = ""
     kind: str = "mismatch"  # "mismatch" | "error" | "not_covered" | "not_observable"
     error_type: str | None = None
+    # reference only: at the element that used most of its allowed slack, the distance from the
+    # reference rounded once and the slack allowed there, in ulps of the output dtype.
+    ulps_observed: int | None = None
+    ulps_allowed: float | None = None
 
 
 PASS = Verdict(True)
@@ -131,6 +135,7 @@ def reference(obs: Observation) -> Verdict:
     if call.raised:
         return _fail(f"the op raised {call.describe_error()}", "error", call.error_type)
     assert call.outputs is not None and obs.references is not None
+    worst: tuple[float, int, float] = (-1.0, 0, 0.0)
     for index, (out, ref) in enumerate(zip(call.outputs, obs.references, strict=False)):
         label = f"output {index}" if len(call.outputs) > 1 else "output"
         if out.dtype != ref.dtype or tuple(out.shape) != tuple(ref.value.shape):
@@ -138,14 +143,32 @@ def reference(obs: Observation) -> Verdict:
                 f"{label}: contract changed: got {out.dtype}{list(out.shape)}, the op's definition "
                 f"gives {ref.dtype}{list(ref.value.shape)}"
             )
-        how = "bit-exact (exact inputs)" if ref.tolerance is None else "within the stated bound"
+        how = (
+            "bit-exact (exact inputs)"
+            if ref.tolerance is None
+            else f"within the stated bound ({ref.precision} internals)"
+        )
         assert out.bits is not None
+        observed, allowed = ulp_summary(out.bits, ref.value, ref.tolerance, out.dtype)
         mismatch = compare_to_reference(
             out.bits, ref.value, ref.tolerance, out.dtype, f"{label} vs float64 reference, {how}"
         )
         if mismatch is not None:
-            return _fail(str(mismatch))
-    return PASS
+            return Verdict(
+                False,
+                f"{mismatch}\n{ulp_line(observed, allowed)}",
+                ulps_observed=observed,
+                ulps_allowed=allowed,
+            )
+        use = observed / allowed if allowed > 0 else float(observed > 0)
+        if use > worst[0]:
+            worst = (use, observed, allowed)
+    return Verdict(True, ulps_observed=worst[1], ulps_allowed=worst[2])
+
+
+def ulp_line(observed: int, allowed: float) -> str:
+    """The line reports parse (reporting/ulp.py) for a reference verdict's ulps."""
+    return f"ULPs at the element nearest its bound: observed {observed}, allowed {allowed:.4g}"
 
 
 def routing(obs: Observation, hello: Hello, op: str) -> Verdict:

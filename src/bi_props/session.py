@@ -21,6 +21,7 @@ from . import properties, switches
 from .case import Case
 from .known import KnownFailure
 from .observation import Hello
+from .reporting.ulp import coverage_extras, reference_ulps
 from .runner.controller import InternalError, Runner, WorkerFailure, WorkerStartFailure
 from .space import Space
 from .strategies import cases
@@ -76,6 +77,9 @@ class Finding:
     # spent, or the run was interrupted): the case is then the smallest failing one seen.
     shrink: str = "complete"
     confirmation: str = ""
+    # reference findings: ulps at the element nearest its bound (observed, allowed there).
+    ulps_observed: int | None = None
+    ulps_allowed: float | None = None
 
     def signature(self) -> tuple:
         return (self.target, self.op, self.property, self.switch, self.kind, self.error_type)
@@ -226,7 +230,8 @@ class Session:
                 return
             self._failed(found)
             raise InternalFailure(f"{prop} [{switch}] on {op}: {found.message}") from exc
-        self._note_example(op, prop, switch, case, "ok" if verdict.ok else verdict.kind)
+        outcome = "ok" if verdict.ok else verdict.kind
+        self._note_example(op, prop, switch, case, outcome, coverage_extras(verdict))
         if verdict.kind == "not_covered":
             self.not_covered.setdefault(op, verdict.message)
             return
@@ -269,7 +274,9 @@ class Session:
             entry.update(batch_variant=True, case=repr(case), message=verdict.message)
         self.write_report()
 
-    def _note_example(self, op: str, prop: str, switch: str, case: Case, outcome: str) -> None:
+    def _note_example(
+        self, op: str, prop: str, switch: str, case: Case, outcome: str, extras: dict | None = None
+    ) -> None:
         """One line of coverage (what was exercised, and how it ended), for reports and plots."""
         self.examples_log.append(
             {
@@ -284,6 +291,7 @@ class Session:
                 if case.batch is None
                 else case.shape[0] + sum(c.rows for c in case.batch.companions),
                 "outcome": outcome,
+                **(extras or {}),
             }
         )
         if len(self.examples_log) >= 500:
@@ -365,6 +373,7 @@ class Session:
             failure.error_type,
             shrink=shrink,
             confirmation=confirmation,
+            **reference_ulps(failure.message),
         )
         if finding.kind == INTERNAL:
             self.status = STATUS_INTERNAL
@@ -508,6 +517,8 @@ class Session:
             "profile": self.space.profile,
             "strategies": self.space.source,
             "environment": environment,
+            # the target's declared internal precision per op, per switch state (Target.precision)
+            "precision": {state: hello.precision for state, hello in self.runner._hellos.items()},
             "examples": self.runner.examples,
             "elapsed_s": round(time.time() - self.started, 3),
             "findings": [asdict(f) for f in self.findings],

@@ -215,6 +215,13 @@ def _fork_self_test(timeout_s: float = 30.0) -> tuple[bool, str]:
         time.sleep(0.005)
 
 
+def _precisions(target) -> dict[str, str]:
+    """The target's declared internal precision for every op with a float64 reference."""
+    from bi_props.catalogue import OPS
+
+    return {op: target.precision(op) for op, info in OPS.items() if "reference" in info.properties}
+
+
 def _load(target_spec: str, switch: str):
     """Import the target and turn its switch; missing stacks become a hello, not a crash."""
     from bi_props.observation import Hello
@@ -244,6 +251,7 @@ def _load(target_spec: str, switch: str):
                 target.promises_inference() or provided.get("provider") == "verl"
             ),
             routing_note=target.routing_note(),
+            precision=_precisions(target),
         )
         return hello, target
     except TargetMissing as exc:

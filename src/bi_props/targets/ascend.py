@@ -54,7 +54,7 @@ from .ascend_routes import (
     fia_arguments,
     plan,
 )
-from .base import SWITCH_ENV, Target, TargetBroken, TargetMissing, switch_requested
+from .base import SWITCH_ENV, Target, TargetBroken, TargetMissing, stock_precision, switch_requested
 
 SWITCH_MODE_ENV = "BI_PROPS_ASCEND_SWITCH"
 BACKEND_ENV = "BI_PROPS_ASCEND_BACKEND"
@@ -377,6 +377,13 @@ class AscendTarget(Target):
         if self._notes:
             env["ascend_notes"] = "; ".join(self._notes)
         return env
+
+    def precision(self, op: str) -> str:
+        """vllm-ascend's batch-invariant kernels (AscendC, Triton) accumulate in float32; an op
+        they do not swap, or the switch off, runs stock torch_npu: "output" (unmeasured)."""
+        if self.switch_state()["active"] and op in self.covered():
+            return "float32"
+        return stock_precision(self.device, op)
 
 
 def _cann_version(torch: Any, torch_npu: Any) -> str | None:

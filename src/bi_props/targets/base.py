@@ -27,6 +27,17 @@ def switch_requested() -> bool:
     return bool(int(os.environ.get(SWITCH_ENV, "0") or "0"))
 
 
+def stock_precision(device: str, op: str) -> str:
+    """What stock PyTorch computes ``op`` in on ``device``: measured on CPU (cpu.STOCK_PRECISION);
+    elsewhere "output" (cuBLAS may reduce 16-bit products in 16 bits, NPU kernels are unmeasured),
+    the looser bound, so an unswitched kernel is not accused of a precision it never promised."""
+    if device == "cpu":
+        from .cpu import stock_precision as cpu_stock
+
+        return cpu_stock(op)
+    return "output"
+
+
 class Target:
     """Base class with the defaults; subclasses override what differs."""
 
@@ -72,6 +83,13 @@ class Target:
         """Python lines that put a fresh interpreter (with the switch variable already set) in
         this switch state using only the target's own packages: the head of a reproducer."""
         return ""
+
+    def precision(self, op: str) -> str:
+        """The internal (accumulation) precision of ``op``'s kernels in this process' switch
+        state: "float32", "bfloat16", "float16" or "output" (the output's own dtype). The
+        reference bound is computed for it, and exactness is claimed only within its range.
+        Batch-invariant kernels compute in float32: that is the default."""
+        return "float32"
 
     def environment(self) -> dict[str, str]:
         """Versions and capabilities recorded in every report."""

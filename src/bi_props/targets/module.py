@@ -6,7 +6,11 @@ The interface a library exposes (documented in the README):
   the library's kernels when True, nothing when False;
 - ``OPS``: catalogue op names it claims to make batch-invariant;
 - ``KERNEL_PREFIX``: the profiler-event prefix of its kernels (e.g. ``"batch_invariant_ops::"``);
-- optionally ``DEVICE`` (default ``"cpu"``) and ``ROUTES`` ({op: (event, ...)}).
+- optionally ``DEVICE`` (default ``"cpu"``) and ``ROUTES`` ({op: (event, ...)});
+- optionally ``PRECISION``: the kernels' internal (accumulation) precision, one of "float32",
+  "bfloat16", "float16", "output" (the output's own dtype), as one string or ``{op: precision}``
+  (ops not named: "float32"). With the switch off the library's kernels are not installed and
+  stock PyTorch's declaration applies.
 
 A module in the thinking-machines ``batch_invariant_ops`` style is accepted with no glue:
 ``enable_batch_invariant_mode()`` / ``disable_batch_invariant_mode()`` or a
@@ -29,8 +33,8 @@ import importlib
 import os
 from typing import Any
 
-from ..catalogue import OPS
-from .base import Target, TargetBroken, TargetMissing, switch_requested
+from ..catalogue import OPS, PRECISIONS
+from .base import Target, TargetBroken, TargetMissing, stock_precision, switch_requested
 
 # What thinking-machines' batch_invariant_ops overrides (aten::mm, addmm, _log_softmax, mean.dim).
 THINKING_MACHINES_OPS = ("mm", "matmul", "linear", "addmm", "log_softmax", "mean")
@@ -225,3 +229,17 @@ class ModuleTarget(Target):
             f"each aten op on the path registered from {self._root()}?). Python-level swaps "
             f"are not seen this way; declare KERNEL_PREFIX/ROUTES for profiler evidence."
         )
+
+    def precision(self, op: str) -> str:
+        """The module's ``PRECISION`` for its claimed ops when enabled (float32 by default);
+        stock PyTorch's on the module's device otherwise."""
+        if not self._active or op not in self.covered():
+            return stock_precision(self.device, op)
+        declared = getattr(self._obj, "PRECISION", "float32")
+        value = declared.get(op, "float32") if isinstance(declared, dict) else declared
+        if value not in PRECISIONS:
+            raise TargetBroken(
+                f"target {self._spec!r}: PRECISION for {op} is {value!r}; declare one of "
+                f"{', '.join(PRECISIONS)}"
+            )
+        return str(value)

@@ -30,7 +30,7 @@ import textwrap
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .base import SWITCH_ENV, Target, TargetBroken, TargetMissing, switch_requested
+from .base import SWITCH_ENV, Target, TargetBroken, TargetMissing, stock_precision, switch_requested
 
 # Where the batch-invariance module lives, newest first.
 MODULE_PATHS = (
@@ -642,6 +642,13 @@ class VllmTarget(Target):
         env["vllm_expected"] = ", ".join(sorted(expected)) if expected is not None else "(unknown)"
         env["vllm_expected_source"] = source
         return env
+
+    def precision(self, op: str) -> str:
+        """vLLM's batch-invariant kernels accumulate in float32; an op it does not swap (or the
+        switch off) runs stock PyTorch on the platform's device."""
+        if self.active() and op in self.covered():
+            return "float32"
+        return stock_precision(self.device, op)
 
 
 def _is_vllm_function(value: Any) -> bool:

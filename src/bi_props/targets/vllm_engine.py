@@ -286,3 +286,8 @@ class VllmEngineTarget(Target):
         for key, seconds in self._timings.items():
             env[key] = f"{seconds:.2f}"
         return env
+
+    def precision(self, op: str) -> str:
+        """The engine op has no float64 reference (it is judged by logprobs and determinism), so
+        no bound depends on this; the model's own kernels are vLLM's, float32 when switched."""
+        return "float32"
