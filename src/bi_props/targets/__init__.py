@@ -15,6 +15,7 @@ BUILTIN = {
     "ascend": "bi_props.targets.ascend:AscendTarget",
     "vllm": "bi_props.targets.vllm:VllmTarget",
     "vllm-engine": "bi_props.targets.vllm_engine:VllmEngineTarget",
+    "sglang": "bi_props.targets.sglang:SglangTarget",
 }
 
 
