@@ -8,8 +8,11 @@ device's dispatch key through ``torch.library.Library("aten", "IMPL")`` and swap
 context manager. Here one worker per switch state calls enable (or nothing); the ``switching``
 property (bi_props.switching) exercises the switch as state.
 
-Two host queries have no CPU answer, so each has a stated stand-in, installed in the module's
-globals (where ``from sglang.srt.utils.common import ...`` bound them), nowhere else:
+The file ``sglang/srt/batch_invariant_ops/batch_invariant_ops.py`` of the installed wheel (pip
+``--no-deps``) is executed under its own module name; the names it imports from SGLang's package are
+answered by stand-ins (STAND_INS) instead of importing that package, whose ``__init__`` pulls the
+frontend, a web stack, transformers and a torchvision that cannot load beside torch+cpu. Two of
+them are host queries with no CPU answer:
 
 - ``get_dispatch_device_backend()`` raises "No supported accelerator (CUDA/XPU) available" on CPU:
   the stand-in answers ``"CPU"`` (the interpreter runs the kernels on CPU tensors);
@@ -20,14 +23,16 @@ globals (where ``from sglang.srt.utils.common import ...`` bound them), nowhere 
 Routing is read in the dispatcher (``torch._C._dispatch_dump``), as for ``vllm``: is the CPU
 kernel of each aten op the one registered from SGLang's file? Needs ``TRITON_INTERPRET=1`` and
 triton (scripts/ci_triton_lane.sh installs both, with the SGLang wheel and only what its import
-needs).
+needs: nothing beyond torch and triton).
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import sys
+import types
 from typing import Any
 
 from .. import triton_compat
@@ -59,30 +64,70 @@ CLAIM_OPS: dict[str, tuple[str, ...]] = {
     "rms_norm": ("aten::rms_norm",),
 }
 INSTALL_HINT = (
-    "Install SGLang's wheel without its dependencies, then what its import needs, and triton: "
-    "see scripts/ci_triton_lane.sh (pip install triton==3.9.0 sglang==0.5.23 --no-deps, ...); "
-    "run with TRITON_INTERPRET=1 on a CPU-only machine."
+    "Install triton and SGLang's wheel without its dependencies (pip install triton==3.9.0 && "
+    "pip install --no-deps sglang==0.5.23; scripts/ci_triton_lane.sh does this) and run with "
+    "TRITON_INTERPRET=1 on a CPU-only machine."
 )
 
 
 def stand_in_core_count(device_id: int = 0) -> int:
-    """Stand-in for sglang's get_device_core_count() on CPU (there it returns 0)."""
+    """Stand-in for sglang's get_device_core_count(): the SM count on CUDA (as sglang reads it),
+    os.cpu_count() on CPU (where sglang returns 0)."""
+    import torch
+
+    if torch.cuda.is_available() and not triton_compat.interpreting():
+        return int(torch.cuda.get_device_properties(device_id).multi_processor_count)
     return os.cpu_count() or 1
 
 
 def stand_in_dispatch_backend() -> str:
-    """Stand-in for sglang's get_dispatch_device_backend() on CPU (there it raises)."""
-    return KEY
+    """Stand-in for sglang's get_dispatch_device_backend(): "CPU" under the interpreter (where
+    sglang raises "No supported accelerator"), "CUDA" on a GPU."""
+    return KEY if triton_compat.interpreting() else "CUDA"
 
 
-STAND_INS = {
-    "get_dispatch_device_backend": stand_in_dispatch_backend,
-    "get_device_core_count": stand_in_core_count,
+def _get_bool_env_var(name: str, default: str = "false") -> bool:
+    """sglang.srt.utils.common.get_bool_env_var's rule (without its warning)."""
+    return os.getenv(name, default).lower() in ("true", "1")
+
+
+def _calc_diff(x: Any, y: Any) -> Any:
+    """sglang.srt.utils.common.calc_diff (used only in its DeepGEMM comparison mode)."""
+    x, y = x.double(), y.double()
+    return 1 - 2 * (x * y).sum() / (x * x + y * y).sum()
+
+
+# The names batch_invariant_ops.py imports from SGLang's own package, answered without importing
+# that package (its __init__ pulls SGLang's frontend, web stack, transformers and a torchvision
+# that cannot load beside torch+cpu). DeepGEMM is off: it is CUDA-only, and the Triton kernels are
+# what is tested. is_npu() is False: the NPU branch is another target's (ascend).
+STAND_INS: dict[str, dict[str, Any]] = {
+    "sglang.srt.layers.deep_gemm_wrapper.configurer": {"ENABLE_JIT_DEEPGEMM": False},
+    "sglang.srt.utils": {"is_npu": lambda: False},
+    "sglang.srt.utils.common": {
+        "calc_diff": _calc_diff,
+        "get_bool_env_var": _get_bool_env_var,
+        "get_device_core_count": stand_in_core_count,
+        "get_dispatch_device_backend": stand_in_dispatch_backend,
+    },
 }
 
 
+def source_file() -> str:
+    """batch_invariant_ops.py of the installed SGLang wheel (found without importing sglang)."""
+    spec = importlib.util.find_spec("sglang")
+    if spec is None or not spec.submodule_search_locations:
+        raise TargetMissing(f"target 'sglang': SGLang is not installed. {INSTALL_HINT}")
+    root = next(iter(spec.submodule_search_locations))
+    path = os.path.join(root, "srt", "batch_invariant_ops", "batch_invariant_ops.py")
+    if not os.path.exists(path):
+        raise TargetBroken(f"target 'sglang': the installed SGLang has no {path}")
+    return path
+
+
 def load_module() -> Any:
-    """Import SGLang's batch-invariant module and install the stand-ins in its globals."""
+    """SGLang's batch_invariant_ops.py, executed under its own name with the stand-ins above as
+    the package modules it imports from. Needs a GPU or TRITON_INTERPRET=1."""
     if not triton_compat.interpreting():
         try:
             import torch
@@ -95,19 +140,31 @@ def load_module() -> Any:
                 f"target 'sglang' needs a GPU or TRITON_INTERPRET=1 (Triton's interpreter on "
                 f"CPU). {INSTALL_HINT}"
             )
+    if importlib.util.find_spec("triton") is None:
+        raise TargetMissing(f"target 'sglang' needs triton. {INSTALL_HINT}")
+    path = source_file()
+    for name in (
+        "sglang",
+        "sglang.srt",
+        "sglang.srt.layers",
+        "sglang.srt.layers.deep_gemm_wrapper",
+    ):
+        sys.modules.setdefault(name, types.ModuleType(name))
+    for name, attrs in STAND_INS.items():
+        module = sys.modules.setdefault(name, types.ModuleType(name))
+        for attr, value in attrs.items():
+            setattr(module, attr, value)
+    package = types.ModuleType("sglang.srt.batch_invariant_ops")
+    package.__path__ = [os.path.dirname(path)]
+    sys.modules["sglang.srt.batch_invariant_ops"] = package
+    spec = importlib.util.spec_from_file_location(MODULE, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[MODULE] = module
     try:
-        module = importlib.import_module(MODULE)
-    except ModuleNotFoundError as exc:
-        raise TargetMissing(
-            f"target 'sglang': cannot import {MODULE} ({exc}). {INSTALL_HINT}"
-        ) from None
+        spec.loader.exec_module(module)
     except Exception as exc:
-        raise TargetBroken(f"target 'sglang': importing {MODULE} failed: {exc!r}") from None
-    if triton_compat.interpreting():
-        for name, stand_in in STAND_INS.items():
-            if not hasattr(module, name):
-                raise TargetBroken(f"target 'sglang': {MODULE} has no {name} to stand in for")
-            setattr(module, name, stand_in)
+        raise TargetBroken(f"target 'sglang': executing {path} failed: {exc!r}") from None
     return module
 
 
@@ -134,13 +191,12 @@ class SglangTarget(Target):
                 ) from None
 
     def repro_setup(self, enabled: bool) -> str:
-        lines = [f"import {MODULE} as bio"]
-        if triton_compat.interpreting():
-            lines += [
-                "import os  # stand-ins for the CPU (see bi_props.targets.sglang)",
-                "bio.get_dispatch_device_backend = lambda: 'CPU'",
-                "bio.get_device_core_count = lambda device_id=0: os.cpu_count() or 1",
-            ]
+        lines = [
+            "# SGLang's batch_invariant_ops.py, loaded with bi_props' stated stand-ins for the",
+            "# package names it imports (see bi_props.targets.sglang)",
+            "from bi_props.targets.sglang import load_module",
+            "bio = load_module()",
+        ]
         if enabled:
             lines.append("bio.enable_batch_invariant_mode()")
         return "\n".join(lines)
@@ -205,10 +261,11 @@ class SglangTarget(Target):
             env["sglang"] = "?"
         env["sglang_module"] = MODULE
         env["sglang_dispatch_key"] = self._key()
-        if triton_compat.interpreting():
-            env["sglang_stand_ins"] = (
-                "get_dispatch_device_backend() -> 'CPU'; get_device_core_count() -> "
-                f"os.cpu_count() = {stand_in_core_count()}"
-            )
+        env["sglang_source"] = getattr(self.module, "__file__", "?")
+        env["sglang_stand_ins"] = (
+            f"get_dispatch_device_backend() -> {stand_in_dispatch_backend()!r}; "
+            f"get_device_core_count() -> {stand_in_core_count()}; ENABLE_JIT_DEEPGEMM = False; "
+            "is_npu() -> False"
+        )
         env["sglang_registered"] = ", ".join(self.registered()) or "(none)"
         return env

@@ -1,0 +1,58 @@
+"""The property suite against ``--bi-target sglang``: SGLang 0.5.23's real Triton kernels
+(persistent matmul, addmm, log_softmax) under the interpreter, with the stated stand-ins."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+from lane_suite import SuiteRun, run_suite, suite_file
+
+from conftest import STRATEGIES
+
+TIMEOUT_S = 1200
+
+
+@pytest.fixture(scope="module")
+def lane(tmp_path_factory) -> SuiteRun:
+    out = Path(os.environ.get("BI_PROPS_TRITON_OUT", tmp_path_factory.mktemp("sglang"))) / "sglang"
+    out.mkdir(parents=True, exist_ok=True)
+    command = [
+        sys.executable, "-m", "pytest", str(suite_file()), "--bi-target", "sglang",
+        "--bi-strategies", str(STRATEGIES),
+    ]  # fmt: skip
+    return run_suite(out, command, dict(os.environ), TIMEOUT_S, "sglang")
+
+
+def test_suite_ran_against_sglang_kernels(lane):
+    assert lane.report is not None, lane.log[-3000:]
+    assert "INTERNALERROR" not in lane.log
+    env = lane.report["environment"]
+    assert env["triton_interpret"] is True and env["triton"], env
+    assert env["sglang"] == "0.5.23", env
+    assert "get_device_core_count() -> " in env["sglang_stand_ins"], env
+    assert lane.report["examples"] > 0
+
+
+def test_routing_reaches_sglang_kernels(lane):
+    for op in ("mm", "addmm", "log_softmax"):
+        for switch in ("enabled", "disabled"):
+            outcome, message = lane.outcomes[f"test_property[{op}-routing-{switch}]"]
+            assert outcome == "passed", (op, switch, message)
+
+
+def test_what_holds_and_what_was_found(lane):
+    """Every test either passed or failed as a recorded property finding; the lane's README row
+    lists them. With the compat layer on, SGLang's mm/addmm/log_softmax were batch-invariant."""
+    failed = {n for n, (o, _) in lane.outcomes.items() if o == "failed"}
+    recorded = {
+        f"test_property[{f['op']}-{f['property']}-{f['switch']}]" for f in lane.report["findings"]
+    }
+    assert failed == recorded, (failed, recorded)
+    for op in ("mm", "addmm", "log_softmax"):
+        outcome, message = lane.outcomes[f"test_property[{op}-batch_invariance-enabled]"]
+        assert outcome == "passed", (op, message)
+        outcome, message = lane.outcomes[f"test_property[{op}-determinism-enabled]"]
+        assert outcome == "passed", (op, message)
