@@ -56,3 +56,16 @@ def test_what_holds_and_what_was_found(lane):
         assert outcome == "passed", (op, message)
         outcome, message = lane.outcomes[f"test_property[{op}-determinism-enabled]"]
         assert outcome == "passed", (op, message)
+
+
+def test_switching_property_on_sglang():
+    """SGLang's set_batch_invariant_mode, as upstream notes say, is not re-entrant: the state
+    machine finds a step sequence after which the registered overrides disagree with the
+    switch's documented meaning (the minimal steps are in the message)."""
+    from bi_props import switching
+
+    verdict = switching.judge("sglang", max_examples=15)
+    print("sglang switching:", verdict["message"])
+    assert verdict["ok"] is False, verdict
+    assert verdict["message"].startswith("switch state: the model expects"), verdict
+    assert "Failing test case: <state machine>" in verdict["message"], verdict
