@@ -36,26 +36,42 @@ def test_suite_ran_against_sglang_kernels(lane):
     assert lane.report["examples"] > 0
 
 
+# SGLang 0.5.23's host-logic findings (README, docs/examples/sglang-*-issue.md): op -> message.
+KNOWN = {
+    "addmm": "Currently assuming bias is 1D",
+    "log_softmax": "cannot reshape tensor of 0 elements",
+}
+
+
 def test_routing_reaches_sglang_kernels(lane):
+    """Disabled: no override anywhere. Enabled: the dispatcher's CPU kernel is SGLang's, or the
+    op raised one of the known host-logic errors (then routing cannot be judged)."""
     for op in ("mm", "addmm", "log_softmax"):
-        for switch in ("enabled", "disabled"):
-            outcome, message = lane.outcomes[f"test_property[{op}-routing-{switch}]"]
-            assert outcome == "passed", (op, switch, message)
+        outcome, message = lane.outcomes[f"test_property[{op}-routing-disabled]"]
+        assert outcome == "passed", (op, message)
+        outcome, message = lane.outcomes[f"test_property[{op}-routing-enabled]"]
+        if outcome != "passed":
+            assert op in KNOWN and KNOWN[op] in message, (op, message)
 
 
 def test_what_holds_and_what_was_found(lane):
-    """Every test either passed or failed as a recorded property finding; the lane's README row
-    lists them. With the compat layer on, SGLang's mm/addmm/log_softmax were batch-invariant."""
+    """Every failure is a recorded finding, reproduced in a fresh process, and one of the known
+    host-logic findings; mm, addmm and log_softmax are batch-invariant and deterministic."""
     failed = {n for n, (o, _) in lane.outcomes.items() if o == "failed"}
     recorded = {
         f"test_property[{f['op']}-{f['property']}-{f['switch']}]" for f in lane.report["findings"]
     }
     assert failed == recorded, (failed, recorded)
+    for f in lane.report["findings"]:
+        assert f["op"] in KNOWN and KNOWN[f["op"]] in f["message"], f
+        assert f["kind"] == "error" and f["reproduced_in_fresh_process"] is True, f
+    assert {f["op"] for f in lane.report["findings"]} == set(KNOWN)
     for op in ("mm", "addmm", "log_softmax"):
-        outcome, message = lane.outcomes[f"test_property[{op}-batch_invariance-enabled]"]
-        assert outcome == "passed", (op, message)
-        outcome, message = lane.outcomes[f"test_property[{op}-determinism-enabled]"]
-        assert outcome == "passed", (op, message)
+        for prop in ("batch_invariance", "determinism"):
+            outcome, message = lane.outcomes[f"test_property[{op}-{prop}-enabled]"]
+            assert outcome == "passed", (op, prop, message)
+    seen = {c["op"] for c in lane.report["controls"] if c.get("variance_seen")}
+    assert "mm" in seen, lane.report["controls"]  # the stock kernels' variance is visible
 
 
 def test_switching_property_on_sglang():
