@@ -31,7 +31,7 @@ def test_non_reentrant_context_manager_is_caught(planted_on_path):
     assert "state.raise_inside(" in steps or "state.enter(" in steps, verdict
 
 
-@pytest.mark.parametrize("target", ["vllm", "ascend", "cpu", "vllm-engine"])
+@pytest.mark.parametrize("target", ["vllm", "ascend", "cpu", "vllm-engine", "vllm-ascend-triton"])
 def test_one_way_targets_are_not_applicable(target):
     verdict = switching.judge(target)
     assert verdict["ok"] is None and verdict["message"].startswith("not applicable: "), verdict

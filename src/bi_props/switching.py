@@ -32,6 +32,8 @@ ONE_WAY = {
     "vllm": "init_batch_invariance() is one-way (no disable): one process per switch state",
     "vllm-engine": "the engine reads VLLM_BATCH_INVARIANT once: one process per switch state",
     "ascend": "enable_batch_invariant_mode() has no disable and no idempotence guard",
+    "vllm-ascend-triton": "vllm-ascend's enable_batch_invariant_mode() has no disable and no "
+    "idempotence guard",
 }
 
 
