@@ -290,6 +290,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             state._session.check_known()
         except WorkerFailure:
             pass
+    if state is not None and state._session is not None:
+        state._session.judge_switching()  # the `switching` property, once per session
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
@@ -338,6 +340,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         )
     for op, why in session.not_covered.items():
         tr.line(f"not covered: {op}: {why}", yellow=True)
+    if session.switching:
+        ok, message = session.switching.get("ok"), str(session.switching.get("message", ""))
+        verdict = {True: "holds", False: "FAILS", None: ""}[ok]
+        tr.line(f"switching: {verdict or (message.splitlines() or [''])[0]}", red=ok is False)
     for f in session.findings:
         fresh = {True: "reproduced", False: "NOT reproduced", None: "not re-run"}[
             f.reproduced_in_fresh_process

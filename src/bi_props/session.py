@@ -108,6 +108,8 @@ class Session:
     _strategies: dict = field(default_factory=dict, repr=False)
     examples_log: list[dict] = field(default_factory=list, repr=False)
     last_failure: Failure | None = field(default=None, repr=False)
+    # The `switching` property's verdict (bi_props.switching), judged once at close.
+    switching: dict[str, Any] = field(default_factory=dict)
 
     def __repr__(self) -> str:  # Hypothesis prints the fixture in every falsifying example
         return f"<bi_props session: target {self.target!r}, space {self.space.source}>"
@@ -372,6 +374,7 @@ class Session:
             "controls": [asdict(c) for c in self.controls],
             "not_covered": [{"op": op, "reason": why} for op, why in self.not_covered.items()],
             "known": self.known_status,
+            "switching": self.switching or {"ok": None, "message": "not judged yet"},
         }
 
     def write_report(self) -> None:
@@ -381,6 +384,17 @@ class Session:
         tmp = self.report_path.with_suffix(".tmp")
         tmp.write_text(json.dumps(self.report(), indent=2, default=str))
         tmp.replace(self.report_path)
+
+    def judge_switching(self) -> None:
+        """The `switching` property, once: "not applicable" for one-way targets; a two-way
+        switch is driven as state in a spawned interpreter, and a failure is a finding."""
+        from . import switching
+
+        self.switching = switching.session_verdict(self.target)
+        fields = switching.finding_fields(self.target, self.switching)
+        if fields is not None:
+            self.record(Finding(**fields))
+        self.write_report()
 
     def close(self) -> None:
         self.flush_examples()

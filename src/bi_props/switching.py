@@ -44,8 +44,13 @@ def applicability(target: str) -> str | None:
     return None
 
 
+class NotTwoWay(RuntimeError):
+    """The target has no disable: its switch is one-way (the property does not apply)."""
+
+
 def load_switch(target: str) -> Any:
-    """The module holding the two-way switch (enable/disable/set_batch_invariant_mode)."""
+    """The module holding the two-way switch (enable/disable, optionally the context manager
+    set_batch_invariant_mode). Raises NotTwoWay when there is no disable."""
     if target == "sglang":
         from .targets.sglang import load_module
 
@@ -53,7 +58,7 @@ def load_switch(target: str) -> Any:
     module = importlib.import_module(target.partition(":")[0])
     for name in ("enable_batch_invariant_mode", "disable_batch_invariant_mode"):
         if not callable(getattr(module, name, None)):
-            raise RuntimeError(f"target {target!r} has no {name}(): not a two-way switch")
+            raise NotTwoWay(f"target {target!r} has no {name}(): not a two-way switch")
     return module
 
 
@@ -69,6 +74,8 @@ def run_machine(module: Any, max_examples: int = 30, seed: int = 0) -> dict[str,
     needle = torch.randn(3, 67, generator=g)
     batch = torch.cat([needle, torch.randn(61, 67, generator=g)])
     weight = torch.randn(67, 33, generator=g)
+
+    has_context = callable(getattr(module, "set_batch_invariant_mode", None))
 
     class Boom(Exception):
         """Raised inside a context by the machine."""
@@ -90,7 +97,7 @@ def run_machine(module: Any, max_examples: int = 30, seed: int = 0) -> dict[str,
             module.disable_batch_invariant_mode()
             self.on = False
 
-        @precondition(lambda self: len(self.contexts) < 4)
+        @precondition(lambda self: has_context and len(self.contexts) < 4)
         @rule(flag=st.booleans())
         def enter(self, flag: bool) -> None:
             manager = module.set_batch_invariant_mode(flag)
@@ -105,6 +112,7 @@ def run_machine(module: Any, max_examples: int = 30, seed: int = 0) -> dict[str,
             manager.__exit__(None, None, None)
             self.on = before
 
+        @precondition(lambda self: has_context)
         @rule(flag=st.booleans())
         def raise_inside(self, flag: bool) -> None:
             before = self.on
@@ -180,7 +188,44 @@ def judge(target: str, max_examples: int = 30, timeout_s: float = 900) -> dict[s
     if proc.returncode not in (0, 1) or not lines:
         return {"ok": False, "message": f"the switching worker failed:\n{proc.stderr[-3000:]}"}
     verdict = json.loads(lines[-1])
-    return verdict
+    return verdict  # ok None: not applicable (a module without disable)
+
+
+SWITCHING_ENV = "BI_PROPS_SWITCHING"
+# The finding's cell: the switch is no catalogue op, and the property spans both states.
+FINDING_OP, FINDING_SWITCH = "(switch)", "both"
+
+
+def session_verdict(target: str, max_examples: int = 15) -> dict[str, Any]:
+    """What a session's report records under ``switching``: one-way targets "not applicable"
+    (nothing run); two-way ones judged in a spawned interpreter, unless BI_PROPS_SWITCHING=0."""
+    why = applicability(target)
+    if why:
+        return {"ok": None, "message": why}
+    if os.environ.get(SWITCHING_ENV, "1").strip() == "0":
+        return {"ok": None, "message": f"not run: {SWITCHING_ENV}=0"}
+    try:
+        return judge(target, max_examples)
+    except subprocess.TimeoutExpired as exc:
+        return {"ok": False, "message": f"the switching worker timed out after {exc.timeout} s"}
+
+
+def finding_fields(target: str, verdict: dict[str, Any]) -> dict[str, Any] | None:
+    """A failed verdict as the fields of a session Finding (property ``switching``)."""
+    if verdict.get("ok") is not False:
+        return None
+    message = str(verdict.get("message", ""))
+    steps = message.partition("Failing test case: ")[2].strip()
+    return {
+        "target": target,
+        "op": FINDING_OP,
+        "property": "switching",
+        "switch": FINDING_SWITCH,
+        "kind": "mismatch" if message.startswith("switch state:") else "error",
+        "case": steps or "(no step sequence)",
+        "message": message,
+        "reproduced_in_fresh_process": None,
+    }
 
 
 def main(argv: list[str]) -> int:
@@ -190,7 +235,11 @@ def main(argv: list[str]) -> int:
     from . import triton_compat
 
     triton_compat.install_from_env()
-    module = load_switch(argv[0])
+    try:
+        module = load_switch(argv[0])
+    except NotTwoWay as exc:
+        print(json.dumps({"ok": None, "message": f"not applicable: {exc}"}))
+        return 0
     verdict = run_machine(module, int(argv[1]) if len(argv) > 1 else 30)
     print(json.dumps(verdict))
     return 0 if verdict["ok"] else 1
