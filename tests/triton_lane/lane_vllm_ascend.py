@@ -78,6 +78,7 @@ def test_what_holds_and_what_was_found(lane):
         f"test_property[{f['op']}-{f['property']}-{f['switch']}]" for f in lane.report["findings"]
     }
     assert failed == recorded, (failed, recorded)
+    assert lane.report["switching"]["message"].startswith("not applicable: "), lane.report
     for f in lane.report["findings"]:
         assert f["op"] in KNOWN and KNOWN[f["op"]] in f["message"], f
         assert f["kind"] == "error" and f["reproduced_in_fresh_process"] is True, f
