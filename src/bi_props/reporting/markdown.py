@@ -107,6 +107,12 @@ def render(data: ReportData) -> str:
             )
         out.append("")
 
+    switching = r.get("switching")
+    if switching:
+        verdict = {True: "holds", False: "**fails**", None: ""}[switching.get("ok")]
+        text = verdict or first_line(switching.get("message"))
+        out.append(f"Switching (the switch as state, `switching`): {_cell(text)}\n")
+
     if r.get("not_covered"):
         out.append("## Not covered by the target\n")
         for n in r["not_covered"]:

@@ -224,6 +224,7 @@ def _precisions(target) -> dict[str, str]:
 
 def _load(target_spec: str, switch: str):
     """Import the target and turn its switch; missing stacks become a hello, not a crash."""
+    from bi_props import triton_compat
     from bi_props.observation import Hello
     from bi_props.switches import DEFAULT, PROVIDER_ENV, provide, rows
     from bi_props.targets import TargetBroken, TargetMissing, resolve
@@ -231,6 +232,10 @@ def _load(target_spec: str, switch: str):
     try:
         # The switch provider first: "verl" sets VLLM_BATCH_INVARIANT with verl's own code.
         provided = provide(os.environ.get(PROVIDER_ENV) or DEFAULT, target_spec, switch)
+        try:  # under TRITON_INTERPRET=1: the interpreter's corrections, before any kernel loads
+            triton_compat.install_from_env()
+        except ValueError as exc:
+            raise TargetBroken(str(exc)) from None
         target = resolve(target_spec)
         target.check()
         target.activate()
@@ -243,7 +248,11 @@ def _load(target_spec: str, switch: str):
             covered=tuple(target.covered()),
             entries=dict(target.entries()),
             routes=dict(target.routes()),
-            environment={**target.environment(), **rows(provided)},
+            environment={
+                **target.environment(),
+                **rows(provided),
+                **triton_compat.environment(),
+            },
             repro={"enabled": target.repro_setup(True), "disabled": target.repro_setup(False)},
             pid=os.getpid(),
             provider=provided,

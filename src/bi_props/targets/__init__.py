@@ -15,6 +15,8 @@ BUILTIN = {
     "ascend": "bi_props.targets.ascend:AscendTarget",
     "vllm": "bi_props.targets.vllm:VllmTarget",
     "vllm-engine": "bi_props.targets.vllm_engine:VllmEngineTarget",
+    "sglang": "bi_props.targets.sglang:SglangTarget",
+    "vllm-ascend-triton": "bi_props.targets.vllm_ascend_triton:VllmAscendTritonTarget",
 }
 
 
