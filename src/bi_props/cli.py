@@ -1,6 +1,7 @@
 """The ``bi-props`` command: fuzz | doctor | repro | promote | report.
 
-Exit status: 0 clean, 1 findings (or, for doctor, a target that cannot run), 2 usage errors.
+Exit status: 0 clean, 1 findings (or, for doctor, a target that cannot run), 2 usage errors,
+3 a campaign that gives no verdict (incomplete: no enabled-state cell ran).
 """
 
 from __future__ import annotations
@@ -29,6 +30,14 @@ def _parser() -> argparse.ArgumentParser:
         help="cpu, vllm, ascend, or some.module[:attr]; repeat for several (budget split fairly)",
     )
     fuzz.add_argument("--budget", type=float, default=60.0, metavar="SECONDS")
+    fuzz.add_argument(
+        "--control-share",
+        type=float,
+        default=None,
+        metavar="FRACTION",
+        help="largest share of the budget the negative controls may use (default: the space's "
+        "[runner] control_share, 0.15)",
+    )
     _switch_option(fuzz)
     fuzz.add_argument("--out", type=Path, default=Path("bi_props-out"), metavar="DIR")
     fuzz.add_argument("--ops", default=None, help="comma-separated catalogue ops (default: all)")
@@ -160,6 +169,8 @@ def _usage(message: str) -> int:
 def _fuzz(args: argparse.Namespace) -> int:
     if args.budget <= 0:
         return _usage("--budget must be positive")
+    if args.control_share is not None and not 0 <= args.control_share <= 1:
+        return _usage("--control-share must be within 0 and 1 (a share of --budget)")
     if args.ray_actors is not None and args.ray_actors < 1:
         return _usage("--ray-actors must be at least 1")
     space = _space(args)
@@ -226,7 +237,14 @@ def _run_fuzz(args: argparse.Namespace, space, known, targets: list[str]) -> int
         from .campaign import Campaign
 
         campaign = Campaign(
-            targets, space, args.out, args.budget, seed=args.seed, resume=args.resume, known=known
+            targets,
+            space,
+            args.out,
+            args.budget,
+            seed=args.seed,
+            resume=args.resume,
+            known=known,
+            control_share=args.control_share,
         )
         return campaign.run()
     except WorkerFailure as exc:
