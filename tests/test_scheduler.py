@@ -137,3 +137,17 @@ def test_nothing_is_scheduled_past_the_budget() -> None:
     assert schedule.next(10.0) is None
     _, limit = schedule.next(9.9)
     assert 0 < limit <= 0.1 + 1e-9
+
+
+def test_control_share_is_read_from_the_space_and_validated(tmp_path) -> None:
+    from bi_props.cli import main
+    from bi_props.space import SpaceError, load
+
+    good = tmp_path / "good.toml"
+    good.write_text("[runner]\ncontrol_share = 0.05\n")
+    assert load(good).control_share == 0.05
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[runner]\ncontrol_share = 1.5\n")
+    with pytest.raises(SpaceError, match="runner.control_share"):
+        load(bad)
+    assert main(["fuzz", "--control-share", "2", "--out", str(tmp_path / "o")]) == 2
