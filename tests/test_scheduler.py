@@ -148,6 +148,16 @@ def test_control_share_is_read_from_the_space_and_validated(tmp_path) -> None:
     assert load(good).control_share == 0.05
     bad = tmp_path / "bad.toml"
     bad.write_text("[runner]\ncontrol_share = 1.5\n")
-    with pytest.raises(SpaceError, match="runner.control_share"):
+    with pytest.raises(SpaceError, match=r"runner\.control_share"):
         load(bad)
     assert main(["fuzz", "--control-share", "2", "--out", str(tmp_path / "o")]) == 2
+
+
+def test_cells_of_ops_the_target_claims_get_more_time_and_go_first() -> None:
+    schedule = Scheduler(100.0)
+    stock = schedule.add(Item("stock", "cell", "enabled", claimed=False))
+    own = schedule.add(Item("own", "cell", "enabled", claimed=True))
+    item, _ = schedule.next(0.0)
+    assert item is own
+    _run(schedule, {"stock": 1.0, "own": 1.0}, 100.0)
+    assert own.seconds > 3 * stock.seconds, (own.seconds, stock.seconds)

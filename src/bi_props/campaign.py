@@ -754,8 +754,11 @@ class Campaign:
         """Run turns until the budget is spent, in the scheduler's order (scheduler.py)."""
         schedule = Scheduler(self.budget_s, self.control_share)
         for target, state in states.items():
+            claimed = state.session.hello("enabled").covered
             for cell in state.cells:
-                schedule.add(Item((target, cell), "cell", cell.switch, done=cell.done))
+                item = Item((target, cell), "cell", cell.switch, done=cell.done)
+                item.claimed = cell.op in claimed
+                schedule.add(item)
         for target, state in states.items():
             for control in state.session.controls:
                 key = (target, control.op, control.property)

@@ -11,14 +11,16 @@ turn's time limit. Its policy, in order:
    share. Once every cell is retired, unfinished controls may use what is left
    of the budget (their search or shrink continues at the end).
 2. **First turns, where bugs are first.** Cells that have not had a turn go first: enabled-state
-   and ``parity`` cells before disabled-state ones, in catalogue order. Their time limit is the
+   and ``parity`` cells before disabled-state ones, cells of ops the target claims (its own
+   kernels) before those it leaves to stock kernels, in catalogue order. Their time limit is the
    time left until the end of the first third of the budget divided by the first turns still due
    (at least ``MIN_TURN_S``), so every cell has had its first turn within the first third whenever
    the budget allows one turn per cell. A turn always runs at least one example.
 3. **Then novelty, by stride.** Each live cell gets a weight ``w = class x (1 + novelty)``, where
    ``class`` is ``ENABLED_WEIGHT`` for enabled-state and parity cells and 1 for disabled-state
-   ones, and ``novelty`` is an exponentially decayed count (``NOVELTY_DECAY`` per turn of the
-   cell) of the new behaviour its turns produced: shape buckets, dtypes and layout combinations
+   ones, times ``CLAIMED_WEIGHT`` for ops the target claims (a target that claims every op, like
+   ``cpu``, is unaffected), and ``novelty`` is an exponentially decayed count (``NOVELTY_DECAY``
+   per turn of the cell) of the new behaviour its turns produced: shape buckets, dtypes and layout combinations
    it had not produced before in this run, and reference distances (max ULP) larger than any it
    saw before (growing toward the bound). The next turn goes to the live cell with the least
    ``seconds / w``: time is shared in proportion to the weights, so a cell still finding new
@@ -36,6 +38,7 @@ MIN_TURN_S = 0.05
 MAX_TURN_S = 10.0
 TURN_FRACTION = 0.02  # a later turn's time limit: this fraction of the budget, within the bounds
 ENABLED_WEIGHT = 2.0
+CLAIMED_WEIGHT = 4.0
 NOVELTY_DECAY = 0.5
 NOVELTY_CAP = 8.0
 
@@ -55,6 +58,7 @@ class Item:
     done: bool = False
     seen: set = field(default_factory=set, repr=False)
     max_distance: int | None = None
+    claimed: bool = True  # the target claims the op (its own kernel): where its bugs can be
 
     @property
     def enabled_state(self) -> bool:
@@ -64,7 +68,8 @@ class Item:
     @property
     def weight(self) -> float:
         kind = ENABLED_WEIGHT if self.enabled_state else 1.0
-        return kind * (1.0 + min(self.novelty, NOVELTY_CAP))
+        claimed = CLAIMED_WEIGHT if self.claimed else 1.0
+        return kind * claimed * (1.0 + min(self.novelty, NOVELTY_CAP))
 
 
 def behaviours(lines: list[dict[str, Any]]) -> tuple[set, int | None]:
@@ -139,7 +144,7 @@ class Scheduler:
             return None
         first = [c for c in live_cells if c.turns == 0]
         if first:
-            cell = min(first, key=lambda c: (not c.enabled_state, c.order))
+            cell = min(first, key=lambda c: (not c.enabled_state, not c.claimed, c.order))
             third_left = self.budget_s / 3 - now
             limit = max(MIN_TURN_S, third_left / len(first)) if third_left > 0 else MIN_TURN_S
             return cell, min(limit, self._turn_s(), left)
