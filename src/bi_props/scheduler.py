@@ -21,8 +21,9 @@ turn's time limit. Its policy, in order:
    ones, times ``CLAIMED_WEIGHT`` for ops the target claims (a target that claims every op, like
    ``cpu``, is unaffected), and ``novelty`` is an exponentially decayed count (``NOVELTY_DECAY``
    per turn of the cell) of the new behaviour its turns produced: shape buckets, dtypes and
-   layout combinations it had not produced before in this run, and reference distances (max ULP) larger than any it
-   saw before (growing toward the bound). The next turn goes to the live cell with the least
+   layout combinations it had not produced before in this run, and reference distances (max
+   ULP, where coverage lines record one) larger than any it saw before (growing toward the
+   bound). The next turn goes to the live cell with the least
    ``seconds / w``: time is shared in proportion to the weights, so a cell still finding new
    behaviour gets more turns, and none starves.
 """
