@@ -139,7 +139,8 @@ class Scheduler:
             if not live_cells:  # every cell retired: the controls may finish with what is left
                 return control, left
             if share_left > 0 and self.control_seconds < self.control_share * scheduled:
-                fair = max(MIN_TURN_S, self.control_budget_s / len(self.controls()))
+                usable = self.control_share * (self.budget_s - self.started_at)  # after start-up
+                fair = max(MIN_TURN_S, usable / len(self.controls()))
                 return control, min(share_left, left, self._turn_s(), fair)
         if not live_cells:
             return None
