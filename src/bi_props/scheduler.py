@@ -8,24 +8,25 @@ turn's time limit. Its policy, in order:
    ``control_share`` x the time scheduled so far (so they are interleaved, never first), and a
    control turn may last at most what is left of ``control_share`` x budget (and at most an equal
    part of it per control, so that each gets a turn): the controls' total stays within their
-   share. Once every cell is retired, unfinished controls may use what is left
-   of the budget (their search or shrink continues at the end).
+   share. Once every cell is retired, unfinished controls may use what is left of the budget
+   (their search or shrink continues at the end).
 2. **First turns, where bugs are first.** Cells that have not had a turn go first: enabled-state
    and ``parity`` cells before disabled-state ones, cells of ops the target claims (its own
    kernels) before those it leaves to stock kernels, in catalogue order. Their time limit is the
-   time left until the end of the first third of the budget divided by the first turns still due
-   (at least ``MIN_TURN_S``), so every cell has had its first turn within the first third whenever
-   the budget allows one turn per cell. A turn always runs at least one example.
-3. **Then novelty, by stride.** Each live cell gets a weight ``w = class x (1 + novelty)``, where
+   time left until the end of the first third of the budget, split between the first turns still
+   due in proportion to their weights (below; at least ``MIN_TURN_S``), so every cell has had its
+   first turn within the first third whenever the budget allows one turn per cell. A turn always
+   runs at least one example.
+3. **Then novelty, by stride.** Each live cell gets a weight ``w = class x (1 + novelty)``:
    ``class`` is ``ENABLED_WEIGHT`` for enabled-state and parity cells and 1 for disabled-state
-   ones, times ``CLAIMED_WEIGHT`` for ops the target claims (a target that claims every op, like
-   ``cpu``, is unaffected), and ``novelty`` is an exponentially decayed count (``NOVELTY_DECAY``
-   per turn of the cell) of the new behaviour its turns produced: shape buckets, dtypes and
-   layout combinations it had not produced before in this run, and reference distances (max
-   ULP, where coverage lines record one) larger than any it saw before (growing toward the
-   bound). The next turn goes to the live cell with the least
-   ``seconds / w``: time is shared in proportion to the weights, so a cell still finding new
-   behaviour gets more turns, and none starves.
+   ones, times ``CLAIMED_WEIGHT`` for ops the target claims (a library claiming one op of 22 then
+   spends about half the time on it; a target that claims every op, like ``cpu``, is
+   unaffected); ``novelty`` is an exponentially decayed count (``NOVELTY_DECAY`` per turn of the
+   cell) of the new behaviour its turns produced: shape buckets, dtypes and layout combinations
+   it had not produced before in this run, and reference distances (max ULP, where coverage
+   lines record one) larger than any it saw before (growing toward the bound). The next turn
+   goes to the live cell with the least ``seconds / w``: time is shared in proportion to the
+   weights, so a cell still finding new behaviour gets more turns, and none starves.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ MIN_TURN_S = 0.05
 MAX_TURN_S = 10.0
 TURN_FRACTION = 0.02  # a later turn's time limit: this fraction of the budget, within the bounds
 ENABLED_WEIGHT = 2.0
-CLAIMED_WEIGHT = 4.0
+CLAIMED_WEIGHT = 16.0
 NOVELTY_DECAY = 0.5
 NOVELTY_CAP = 8.0
 
@@ -148,7 +149,8 @@ class Scheduler:
         if first:
             cell = min(first, key=lambda c: (not c.enabled_state, not c.claimed, c.order))
             third_left = self.budget_s / 3 - now
-            limit = max(MIN_TURN_S, third_left / len(first)) if third_left > 0 else MIN_TURN_S
+            part = cell.weight / sum(c.weight for c in first)  # a weighted part of the third
+            limit = max(MIN_TURN_S, third_left * part) if third_left > 0 else MIN_TURN_S
             return cell, min(limit, self._turn_s(), left)
         cell = min(
             live_cells,
