@@ -161,3 +161,12 @@ def test_cells_of_ops_the_target_claims_get_more_time_and_go_first() -> None:
     assert item is own
     _run(schedule, {"stock": 1.0, "own": 1.0}, 100.0)
     assert own.seconds > 3 * stock.seconds, (own.seconds, stock.seconds)
+
+
+def test_a_control_share_of_zero_turns_the_controls_off() -> None:
+    schedule = Scheduler(100.0, control_share=0.0)
+    schedule.add(Item("e0", "cell", "enabled"))
+    schedule.add(Item("c0", "control", "disabled"))
+    item, _ = schedule.next(0.0)
+    schedule.done(item, 1.0, 10, finished=True)
+    assert schedule.next(1.0) is None

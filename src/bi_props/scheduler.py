@@ -9,7 +9,7 @@ turn's time limit. Its policy, in order:
    control turn may last at most what is left of ``control_share`` x budget (and at most an equal
    part of it per control, so that each gets a turn): the controls' total stays within their
    share. Once every cell is retired, unfinished controls may use what is left of the budget
-   (their search or shrink continues at the end).
+   (their search or shrink continues at the end). A share of 0 turns the controls off.
 2. **First turns, where bugs are first.** Cells that have not had a turn go first: enabled-state
    and ``parity`` cells before disabled-state ones, cells of ops the target claims (its own
    kernels) before those it leaves to stock kernels, in catalogue order. Their time limit is the
@@ -133,7 +133,7 @@ class Scheduler:
             return None
         live_cells = [c for c in self.cells() if not c.done]
         live_controls = [c for c in self.controls() if not c.done]
-        if live_controls:
+        if live_controls and self.control_share > 0:
             control = min(live_controls, key=lambda c: (c.seconds, c.order))
             share_left = self.control_budget_s - self.control_seconds
             scheduled = max(now - self.started_at, 0.0)
