@@ -784,7 +784,16 @@ class Campaign:
         before = session._control_entry(op, prop).examples
         started = time.monotonic()
         seed = derive_seed(ledger.seed, target, "control", op, prop, ledger.run_index, item.turns)
-        control = session.control(op, prop, stop_at=turn_end, seed=seed, database=database)
+        # turn_end is soft (no example starts after it); the controls' share is hard: an example
+        # still running when the share is spent is cut (it decides nothing about the kernel).
+        deadline = session.runner.deadline
+        if any(not c.done for c in schedule.cells()):
+            share_end = started + max(schedule.control_budget_s - schedule.control_seconds, 0.0)
+            session.runner.deadline = min(deadline, share_end) if deadline else share_end
+        try:
+            control = session.control(op, prop, stop_at=turn_end, seed=seed, database=database)
+        finally:
+            session.runner.deadline = deadline
         seconds = time.monotonic() - started
         ran = control.examples - before
         schedule.done(item, seconds, ran, finished=control.state == "done")
