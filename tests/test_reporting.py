@@ -301,7 +301,7 @@ def test_markdown_summarises(campaign_dir: Path) -> None:
     assert MM_CASE in text
     # Only the finding whose shrink was cut says so.
     assert text.count("Shrinking stopped at the end of the budget after 9 s of this cell.") == 1
-    assert "| lib | mm | batch_invariance | yes |" in text
+    assert "| lib | mm | batch_invariance | done | yes |" in text  # no state recorded: done
     assert "## Coverage (61 examples recorded in examples.jsonl)" in text
 
 

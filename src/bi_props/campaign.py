@@ -45,7 +45,16 @@ from typing import Any, TextIO
 from .catalogue import controls as catalogue_controls
 from .fuzz import SLICE_EXAMPLES, Cell, Interrupted, _on_sigterm, cells_for, run_slice
 from .runner.controller import WorkerFailure
-from .session import INTERNAL, STATUS_INTERNAL, Finding, Session, routing_lines, target_status
+from .scheduler import Item, Scheduler
+from .session import (
+    INTERNAL,
+    STATUS_INTERNAL,
+    STATUS_RUNNING,
+    Finding,
+    Session,
+    routing_lines,
+    target_status,
+)
 from .space import Space
 
 FINDINGS_FILE = "findings.jsonl"
@@ -55,7 +64,26 @@ DATABASE_DIR = "examples"
 COVERAGE_FILE = "examples.jsonl"
 STATE_VERSION = 1
 
+EXIT_INCOMPLETE = 3  # no enabled-state cell ran: the campaign gives no verdict
+MAX_TURNS_RECORDED = 20000  # turns listed in report.json (a night has more; the shares count all)
+
 _FINDING_FIELDS = tuple(f.name for f in fields(Finding))
+
+
+def _status(ledger: Ledger) -> str:
+    """report.json's ``status``, decided here only. An event may have decided it already
+    (``ledger.status``: "target missing", "target broken", "internal error"); otherwise "running"
+    while the run goes on, then "interrupted", "incomplete" (no enabled-state cell ran: no
+    verdict), or "complete"."""
+    if ledger.status != STATUS_RUNNING:
+        return ledger.status
+    if not ledger.finished:
+        return STATUS_RUNNING
+    if ledger.interrupted:
+        return "interrupted"
+    if not ledger.enabled_state_ran():
+        return "incomplete"
+    return "complete"
 
 
 def derive_seed(*parts: Any) -> int:
@@ -204,6 +232,10 @@ class Ledger:
         self._cells_examples_start = 0
         self._cells_seconds = 0.0
         self._cells_examples = 0
+        # Where the time went (seconds): control turns, cell turns less their shrinking, shrinking.
+        self.time = {"controls": 0.0, "cells": 0.0, "shrinking": 0.0}
+        self.turns: list[dict[str, Any]] = []  # one per turn: what ran, examples, examples/s
+        self.finished = False
         self.resumed = self._load(resume)
         self.run_index = len(self.runs)
         self.runs.append(
@@ -349,6 +381,56 @@ class Ledger:
         stats.seconds += seconds
         stats.retired = stats.retired or retired
 
+    def turn(
+        self,
+        kind: str,
+        target: str,
+        name: str,
+        examples: int,
+        seconds: float,
+        shrink_s: float = 0.0,
+        limit_s: float | None = None,
+    ) -> None:
+        """Record one turn: its examples/s go to the report, its time to the time shares."""
+        if kind == "control":
+            self.time["controls"] += seconds
+        else:
+            self.time["cells"] += max(seconds - shrink_s, 0.0)
+            self.time["shrinking"] += shrink_s
+        if len(self.turns) < MAX_TURNS_RECORDED:
+            self.turns.append(
+                {
+                    "at_s": round(time.monotonic() - self.started_monotonic, 3),
+                    "kind": kind,
+                    "target": target,
+                    "what": name,
+                    "examples": examples,
+                    "seconds": round(seconds, 4),
+                    "examples_per_s": round(examples / seconds, 2) if seconds > 0 else None,
+                    "limit_s": None if limit_s is None else round(limit_s, 3),
+                }
+            )
+
+    def cells_not_run(self) -> list[CellStats]:
+        """Cells that had no example in this run."""
+        return [c for c in self.cells.values() if c.examples_this_run == 0]
+
+    def enabled_state_ran(self) -> bool:
+        """Whether any enabled-state or parity cell ran an example in this run."""
+        return any(
+            c.examples_this_run > 0 for c in self.cells.values() if c.switch in ("enabled", "both")
+        )
+
+    def time_shares(self, elapsed: float) -> dict[str, Any]:
+        seconds = {k: round(v, 3) for k, v in self.time.items()}
+        seconds["other"] = round(max(elapsed - sum(self.time.values()), 0.0), 3)
+        return {
+            "seconds": seconds,
+            "shares": {
+                k: round(v / elapsed, 4) if elapsed > 0 else None for k, v in seconds.items()
+            },
+        }
+
     def cells_phase(self, examples_now: int) -> None:
         """Mark the start of the cells phase (after start-up and controls): throughput base."""
         if self._cells_started is None:
@@ -394,7 +476,6 @@ class Ledger:
             {
                 "target": ",".join(self.targets),
                 "targets": list(self.targets),
-                "status": self.status,
                 "internal_errors": [
                     e for r in reports.values() for e in r.get("internal_errors", [])
                 ],
@@ -413,6 +494,7 @@ class Ledger:
                 "seed": self.seed,
                 "rounds": self.rounds,
                 "cells": [asdict(c) for c in self.cells.values()],
+                "status": _status(self),
                 "campaign": {
                     "mode": self.mode,
                     "run": self.run_index,
@@ -425,6 +507,14 @@ class Ledger:
                         for f in self.findings
                         for s in [f.signature()]
                     ],
+                    "overrun_s": round(max(elapsed - self.budget_s, 0.0), 3)
+                    if self.finished
+                    else None,
+                    "cells_total": len(self.cells),
+                    "cells_not_run": len(self.cells_not_run()),
+                    "time": self.time_shares(elapsed),
+                    "turns": self.turns,
+                    "turns_truncated": len(self.turns) >= MAX_TURNS_RECORDED,
                     "throughput": {
                         "cells_examples": cells_examples,
                         "cells_seconds": round(cells_seconds, 3),
@@ -457,13 +547,13 @@ class Ledger:
 
     def finish(self) -> None:
         """Close this run's record (state, report.json)."""
+        self.finished = True
         reports = self._target_reports()
         if self.status == "running":
             internal = any(r.get("internal_errors") for r in reports.values())
             internal = internal or any(f.kind == INTERNAL for f in self.findings)
-            self.status = (
-                STATUS_INTERNAL if internal else "interrupted" if self.interrupted else "complete"
-            )
+            if internal:
+                self.status = STATUS_INTERNAL
         self.runs[-1].update(
             {
                 "finished": _now(),
@@ -479,7 +569,8 @@ class Ledger:
     def exit_status(self, report: dict[str, Any] | None = None) -> int:
         """3 when bi_props itself failed (a finding of kind internal, or an internal error);
         else 1 when the campaign holds a finding not marked known (or fixed and not seen again);
-        else 130 when interrupted, else 0."""
+        else 130 when interrupted, else 3 when no enabled-state cell ran (incomplete: no
+        verdict), else 0."""
         from .reporting.data import finding_statuses
 
         report = report if report is not None else self.report()
@@ -490,7 +581,9 @@ class Ledger:
             return 3
         if any(s.failing for s in statuses):
             return 1
-        return 130 if self.interrupted else 0
+        if self.interrupted:
+            return 130
+        return EXIT_INCOMPLETE if report.get("status") == "incomplete" else 0
 
     def progress(self, what: str, examples: int) -> None:
         """One line per turn (no carriage returns, no colours): readable in a CI log."""
@@ -571,9 +664,17 @@ class _TargetState:
     queue: list[Cell] = field(default_factory=list)
     round: int | None = None
     round_seed: int | None = None
+    rounds: list[tuple[int, int]] = field(default_factory=list)  # this run's (index, seed)
 
     def live(self) -> bool:
         return any(not c.done for c in self.cells)
+
+    def round_for(self, ledger: Ledger, target: str, turn: int) -> tuple[int, int]:
+        """A cell's ``turn``-th turn of this run belongs to this run's ``turn``-th round of its
+        target (the round's seed and this cell's name give the turn's seed)."""
+        while len(self.rounds) <= turn:
+            self.rounds.append(ledger.next_round(target))
+        return self.rounds[turn]
 
 
 class Campaign:
@@ -592,9 +693,13 @@ class Campaign:
         write_reports: bool = True,
         known: list | None = None,
         strict_controls: bool = False,
+        control_share: float | None = None,
     ) -> None:
         if not targets:
             raise ValueError("a campaign needs at least one target")
+        # The negative controls' largest share of the budget: the argument, else the space's
+        # [runner] control_share.
+        self.control_share = space.control_share if control_share is None else control_share
         self.targets = list(dict.fromkeys(targets))
         self.space = space
         self.out = Path(out)
@@ -632,8 +737,12 @@ class Campaign:
             states[target] = _TargetState(session, cells_for(self.space))
             for cell in states[target].cells:  # every cell is in the report, run or not
                 ledger.cell(target, cell.op, cell.prop, cell.switch)
+            for op, prop in catalogue_controls(self.space.ops):  # and every control
+                session._control_entry(op, prop)
             ledger.sources[target] = session.report
         deadline = ledger.started_monotonic + self.budget_s
+        for state in states.values():  # no example waits past the budget's end
+            state.session.runner.deadline = deadline
         previous = signal.signal(signal.SIGTERM, _on_sigterm)
         status: int | None = None
 
@@ -657,19 +766,8 @@ class Campaign:
                         print(f"bi-props: WARNING: {hello.routing_note}", file=self.log)
                     if state.session.known:
                         state.session.check_known()
-                for target, state in states.items():
-                    for op, prop in catalogue_controls(self.space.ops):
-                        if time.monotonic() >= deadline:
-                            break
-                        control = state.session.control(op, prop)
-                        seen = (
-                            "variance seen"
-                            if control.variance_seen
-                            else "NO VARIANCE SEEN: this control is blind (see the report)"
-                        )
-                        ledger.progress(f"{target} | control {op} {prop}: {seen}", examples())
                 ledger.cells_phase(examples())
-                self._cells(states, ledger, database, deadline, examples)
+                self._turns(states, ledger, database, deadline, examples)
         except (KeyboardInterrupt, Interrupted):
             ledger.interrupted = True
             ledger.progress("interrupted: writing the report", examples())
@@ -687,12 +785,13 @@ class Campaign:
                 for line in routing_lines(state.session):
                     print(f"bi-props: {state.session.target}: {line}", file=self.log)
             ledger.finish()
+        summary(ledger, self.log)
         print(f"bi-props: report written to {self.out / REPORT_FILE}", file=self.log)
         if self.write_reports:
             render_reports(self.out, self.log)
         return status if status is not None else ledger.exit_status()
 
-    def _cells(
+    def _turns(
         self,
         states: dict[str, _TargetState],
         ledger: Ledger,
@@ -700,46 +799,149 @@ class Campaign:
         deadline: float,
         examples: Callable[[], int],
     ) -> None:
-        while time.monotonic() < deadline:
-            live = [(t, s) for t, s in states.items() if s.live()]
-            if not live:
+        """Run turns until the budget is spent, in the scheduler's order (scheduler.py)."""
+        schedule = Scheduler(self.budget_s, self.control_share)
+        for target, state in states.items():
+            claimed = state.session.hello("enabled").covered
+            for cell in state.cells:
+                item = Item((target, cell), "cell", cell.switch, done=cell.done)
+                item.claimed = cell.op in claimed
+                schedule.add(item)
+        for target, state in states.items():
+            for control in state.session.controls:
+                key = (target, control.op, control.property)
+                schedule.add(Item(key, "control", "disabled", done=control.state == "done"))
+        start = ledger.started_monotonic
+        while True:
+            now = time.monotonic()
+            picked = schedule.next(now - start)
+            if picked is None or now >= deadline:
                 return
-            target, state = min(live, key=lambda item: item[1].seconds)
-            state.queue = [c for c in state.queue if not c.done]
-            if not state.queue:
-                state.round, state.round_seed = ledger.next_round(target)
-                state.session.round = state.round
-                state.queue = sorted(
-                    (c for c in state.cells if not c.done), key=lambda c: c.examples
+            item, limit = picked
+            turn_end = min(now + limit, deadline)
+            if item.kind == "control":
+                self._control_turn(states, ledger, database, schedule, item, turn_end, examples)
+            else:
+                self._cell_turn(
+                    states, ledger, database, deadline, schedule, item, turn_end, examples
                 )
-            cell = state.queue.pop(0)
-            stats = ledger.cell(target, cell.op, cell.prop, cell.switch)
-            seed = turn_seed(state.round_seed, cell.op, cell.prop, cell.switch)
-            reseen_before = len(ledger.reseen)
-            new_before = len(ledger.new)
-            started = time.monotonic()
-            ran = run_slice(state.session, cell, SLICE_EXAMPLES, database, seed, deadline)
-            seconds = time.monotonic() - started
-            state.session.flush_examples()  # each turn's coverage on disk (a kill loses little)
-            state.seconds += seconds
-            cell.examples += ran
-            ledger.turn_done(stats, ran, seconds, cell.done)
-            outcome = ""
-            if cell.done:
-                if len(ledger.new) > new_before:
-                    outcome = " -> FINDING"
-                elif len(ledger.reseen) > reseen_before:
-                    outcome = " -> still failing (known from a previous run)"
-                else:
-                    outcome = " -> retired"
+
+    def _control_turn(self, states, ledger, database, schedule, item, turn_end, examples) -> None:
+        target, op, prop = item.key
+        session = states[target].session
+        before = session._control_entry(op, prop).examples
+        started = time.monotonic()
+        seed = derive_seed(ledger.seed, target, "control", op, prop, ledger.run_index, item.turns)
+        # turn_end is soft (no example starts after it); the controls' share is hard: an example
+        # still running when the share is spent is cut (it decides nothing about the kernel).
+        deadline = session.runner.deadline
+        if any(not c.done for c in schedule.cells()):
+            share_end = started + max(schedule.control_budget_s - schedule.control_seconds, 0.0)
+            session.runner.deadline = min(deadline, share_end) if deadline else share_end
+        try:
+            control = session.control(op, prop, stop_at=turn_end, seed=seed, database=database)
+        finally:
+            session.runner.deadline = deadline
+        seconds = time.monotonic() - started
+        ran = control.examples - before
+        schedule.done(item, seconds, ran, finished=control.state == "done")
+        ledger.turn(
+            "control", target, f"control {op} {prop}", ran, seconds, 0.0, turn_end - started
+        )
+        seen = "variance seen" if control.variance_seen else "none seen yet"
+        ledger.progress(
+            f"{target} | control {op} {prop}: {seen}, {control.state} "
+            f"({control.examples} examples)",
+            examples(),
+        )
+
+    def _cell_turn(
+        self, states, ledger, database, deadline, schedule, item, turn_end, examples
+    ) -> None:
+        target, cell = item.key
+        state = states[target]
+        stats = ledger.cell(target, cell.op, cell.prop, cell.switch)
+        state.round, state.round_seed = state.round_for(ledger, target, item.turns)
+        state.session.round = state.round
+        seed = turn_seed(state.round_seed, cell.op, cell.prop, cell.switch)
+        reseen_before = len(ledger.reseen)
+        new_before = len(ledger.new)
+        shrink_before = cell.shrink_s
+        started = time.monotonic()
+        ran = run_slice(
+            state.session, cell, SLICE_EXAMPLES, database, seed, deadline, turn_end=turn_end
+        )
+        seconds = time.monotonic() - started
+        lines = list(state.session.examples_log)
+        state.session.flush_examples()  # each turn's coverage on disk (a kill loses little)
+        state.seconds += seconds
+        cell.examples += ran
+        ledger.turn_done(stats, ran, seconds, cell.done)
+        shrink_s = cell.shrink_s - shrink_before
+        ledger.turn("cell", target, cell.name, ran, seconds, shrink_s, turn_end - started)
+        new = schedule.done(item, seconds, ran, lines, finished=cell.done)
+        outcome = ""
+        if cell.done:
+            if len(ledger.new) > new_before:
+                outcome = " -> FINDING"
             elif len(ledger.reseen) > reseen_before:
-                outcome = " -> still failing (known from a previous run); the cell keeps exploring"
-            elif len(ledger.new) > new_before:
-                outcome = " -> a known failure (recorded as known); the cell keeps exploring"
-            ledger.progress(
-                f"round {state.round} | {target} | {cell.name}: {cell.examples} examples{outcome}",
-                examples(),
+                outcome = " -> still failing (known from a previous run)"
+            else:
+                outcome = " -> retired"
+        elif len(ledger.reseen) > reseen_before:
+            outcome = " -> still failing (known from a previous run); the cell keeps exploring"
+        elif len(ledger.new) > new_before:
+            outcome = " -> a known failure (recorded as known); the cell keeps exploring"
+        ledger.progress(
+            f"round {state.round} | {target} | {cell.name}: {cell.examples} examples, "
+            f"{new:.0f} new behaviours{outcome}",
+            examples(),
+        )
+
+
+def summary(ledger: Ledger, log: TextIO = sys.stderr) -> None:
+    """The console's last word on what ran: cells not run, unfinished controls, overrun, and
+    when no enabled-state cell ran, that there is no verdict."""
+    from .reporting.data import BLIND_CONTROL, blind_controls
+
+    report = ledger.report()
+    cells = ledger.cells.values()
+    not_run = ledger.cells_not_run()
+    ran = len(ledger.cells) - len(not_run)
+    line = f"bi-props: {ran} of {len(ledger.cells)} cells ran at least once"
+    if not_run:
+        line += f"; {len(not_run)} did NOT run"
+        enabled = sum(1 for c in not_run if c.switch in ("enabled", "both"))
+        line += f" ({enabled} enabled-state or parity)"
+    print(line, file=log)
+    controls = report.get("controls") or []
+    if controls:
+        states: dict[str, int] = {}
+        for c in controls:
+            states[c.get("state", "done")] = states.get(c.get("state", "done"), 0) + 1
+        listed = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
+        print(f"bi-props: negative controls: {listed}", file=log)
+        for c in blind_controls(report):
+            print(
+                f"bi-props: control {c.get('op')} {c.get('property')} "
+                f"({c.get('state', 'done')}): {BLIND_CONTROL}",
+                file=log,
             )
+    campaign = report.get("campaign") or {}
+    shares = (campaign.get("time") or {}).get("shares") or {}
+    if shares:
+        print(
+            "bi-props: time: " + ", ".join(f"{k} {100 * (v or 0):.0f}%" for k, v in shares.items()),
+            file=log,
+        )
+    if campaign.get("overrun_s"):
+        print(f"bi-props: ran {campaign['overrun_s']:.1f} s past the budget", file=log)
+    if report.get("status") == "incomplete" and cells:
+        print(
+            "bi-props: INCOMPLETE: no enabled-state cell ran, so there is no verdict (exit 3); "
+            "give the campaign a larger --budget",
+            file=log,
+        )
 
 
 def render_reports(out: Path, log: TextIO = sys.stderr) -> dict[str, Path]:

@@ -2,7 +2,8 @@
 
 Exit status: 0 clean, 1 findings (or, for doctor, a target that cannot run; or, with
 --strict-controls, a negative control that saw no variance), 2 usage errors (and a target that
-cannot start), 3 bi_props itself failed (a finding of kind internal).
+cannot start), 3 no trustworthy verdict: bi_props itself failed (a finding of kind internal),
+or a campaign ran no enabled-state cell (status incomplete).
 """
 
 from __future__ import annotations
@@ -33,6 +34,14 @@ def _parser() -> argparse.ArgumentParser:
         help="cpu, vllm, ascend, or some.module[:attr]; repeat for several (budget split fairly)",
     )
     fuzz.add_argument("--budget", type=float, default=60.0, metavar="SECONDS")
+    fuzz.add_argument(
+        "--control-share",
+        type=float,
+        default=None,
+        metavar="FRACTION",
+        help="largest share of the budget the negative controls may use (default: the space's "
+        "[runner] control_share, 0.15)",
+    )
     _switch_option(fuzz)
     fuzz.add_argument("--out", type=Path, default=Path("bi_props-out"), metavar="DIR")
     fuzz.add_argument(
@@ -169,6 +178,8 @@ def _usage(message: str) -> int:
 def _fuzz(args: argparse.Namespace) -> int:
     if not math.isfinite(args.budget) or args.budget <= 0:
         return _usage(f"--budget {args.budget}: must be a positive, finite number of seconds")
+    if args.control_share is not None and not 0 <= args.control_share <= 1:
+        return _usage("--control-share must be within 0 and 1 (a share of --budget)")
     if args.ray_actors is not None and args.ray_actors < 1:
         return _usage("--ray-actors must be at least 1")
     space = _space(args)
@@ -321,6 +332,7 @@ def _run_fuzz(args: argparse.Namespace, space, known, targets: list[str]) -> int
             resume=args.resume,
             known=known,
             strict_controls=args.strict_controls,
+            control_share=args.control_share,
         )
         return campaign.run()
     except WorkerFailure as exc:

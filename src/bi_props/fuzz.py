@@ -17,6 +17,7 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
 from .catalogue import cells
+from .runner.controller import DeadlineReached
 from .session import (
     FLAKY,
     INTERNAL,
@@ -39,6 +40,7 @@ class Cell:
     examples: int = 0
     done: bool = False
     turns: int = 0  # slices run in this process (the first replays the example database)
+    shrink_s: float = 0.0  # seconds this run spent after a slice's first failure (shrinking)
 
     @property
     def name(self) -> str:
@@ -53,6 +55,11 @@ class BudgetSpent(KeyboardInterrupt):
     """Raised inside a slice whose shrink ran past the campaign's end. A KeyboardInterrupt so
     that Hypothesis stops at once and neither shrinks it nor saves the example that was about to
     run as a failure; ``run_slice`` records the smallest failing case seen instead."""
+
+
+class TurnOver(KeyboardInterrupt):
+    """Raised inside a slice whose turn is over (its time limit, or the campaign's end) while no
+    failure is pending: the slice ends quietly, the cell stays live."""
 
 
 class Interrupted(BaseException):
@@ -76,6 +83,7 @@ def run_slice(
     database,
     seed: int | None,
     stop_at: float | None = None,
+    turn_end: float | None = None,
 ) -> int:
     """Run up to ``examples`` examples of one cell; return how many ran. Every failure becomes a
     finding: recorded by the session on Hypothesis' final replay; a failure that did not happen
@@ -88,9 +96,15 @@ def run_slice(
     would start after it ends the slice, and each failure is recorded with the smallest failing
     case seen so far (``Finding.shrink`` says so). A crash or hang costs a worker replacement per
     failing replay, and a hang the whole example timeout: without the bound, one hang could eat a
-    campaign's budget many times over. SIGTERM or Ctrl-C during a shrink records the smallest
-    case seen (unconfirmed: there may be no time for a fresh process) and re-raises."""
+    campaign's budget many times over. SIGTERM or Ctrl-C during a shrink likewise records the
+    smallest case seen (unconfirmed: there may be no time for a fresh process) and re-raises.
+
+    ``turn_end`` (``time.monotonic()``) is the turn's time limit: with no failure pending, an
+    example that would start after it ends the slice (the first example always runs). An example
+    the runner cut at the campaign's end (``DeadlineReached``) ends it the same way, or, with a
+    failure pending, like the end of the budget during a shrink."""
     count = 0
+    first_failure: list[float] = []
     strategy = session.strategy(cell.op, cell.prop)
     smallest: dict[tuple, Failure] = {}  # failure signature -> smallest failing case seen
     settled: dict[tuple, bool] = {}  # failure signature -> settled when first seen this slice
@@ -125,10 +139,18 @@ def run_slice(
         past_end = stop_at is not None and time.monotonic() >= stop_at
         if smallest and past_end and not is_final_replay():  # the final replay records itself
             raise BudgetSpent()
+        if not smallest and count > 1 and turn_end is not None and time.monotonic() >= turn_end:
+            raise TurnOver()
         session.last_failure = None
         try:
             session.check(cell.op, cell.prop, cell.switch, case)
+        except DeadlineReached:
+            if smallest:
+                raise BudgetSpent() from None
+            raise TurnOver() from None
         except Exception:
+            if not first_failure:
+                first_failure.append(time.monotonic())
             failure = session.last_failure
             if failure is not None:
                 signature = failure.signature()
@@ -155,6 +177,8 @@ def run_slice(
     session.skip_settled = not first_turn
     try:
         slice_test()
+    except TurnOver:
+        pass
     except BudgetSpent:
         spent = time.monotonic() - started
         for failure in smallest.values():
@@ -181,6 +205,8 @@ def run_slice(
         cell.done = not smallest or not all(settled.values())
     finally:
         session.skip_settled = False
+        if first_failure:
+            cell.shrink_s += time.monotonic() - first_failure[0]
     return count
 
 

@@ -220,8 +220,12 @@ class ShardActor:
         findings_before = len(session.findings)
         result: dict[str, Any] = {"shard": shard.id, "control": None, "done": False}
         ran = 0
-        if shard.kind == "control":
-            result["control"] = asdict(session.control(shard.op, shard.prop))
+        session.runner.deadline = deadline  # no example waits past the shard's time
+        if shard.kind == "control":  # one turn, bounded like the local campaign's
+            control = session.control(
+                shard.op, shard.prop, stop_at=deadline, database=self.database
+            )
+            result["control"] = asdict(control)
         else:
             cell = Cell(shard.op, shard.prop, shard.switch)
             for turn in range(self.shard_turns):
@@ -516,7 +520,8 @@ class RayCampaign(Campaign):
         if not live:
             return None
         d.round, d.round_seed = ledger.next_round(target)
-        for cell in sorted(live, key=lambda c: c.examples):
+        # Enabled-state and parity cells first, as in the local campaign (scheduler.py).
+        for cell in sorted(live, key=lambda c: (c.switch == "disabled", c.examples)):
             queue.append(
                 self._shard(
                     target=target,
@@ -533,6 +538,9 @@ class RayCampaign(Campaign):
     def _dispatch(self, slot: Slot, shard: Shard, remaining: float, inflight) -> None:
         if shard.kind == "cell" and self.ledger is not None:
             self.ledger.cells_phase(self._examples(self._data))
+        if shard.kind == "control":  # the controls share control_share of the budget
+            controls = max(1, len(catalogue_controls(self.space.ops)) * len(self.targets))
+            remaining = min(remaining, self.control_share * self.budget_s / controls)
         ref = slot.actor.run.remote(shard, remaining)
         slot.busy = True
         inflight[ref] = (slot, shard)

@@ -13,16 +13,23 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from hypothesis import find, note, settings
+from hypothesis import HealthCheck, Phase, given, note, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis import strategies as st
 from hypothesis.control import current_build_context
-from hypothesis.errors import NoSuchExample
 
 from . import properties, switches
 from .case import Case
 from .known import KnownFailure
 from .observation import Hello
 from .reporting.ulp import coverage_extras, reference_ulps
-from .runner.controller import InternalError, Runner, WorkerFailure, WorkerStartFailure
+from .runner.controller import (
+    DeadlineReached,
+    InternalError,
+    Runner,
+    WorkerFailure,
+    WorkerStartFailure,
+)
 from .space import Space
 from .strategies import cases
 
@@ -123,6 +130,11 @@ class Control:
     variance_seen: bool
     case: str | None
     message: str
+    examples: int = 0  # searched (no variance yet); shrink replays are not counted
+    # "not run", "searching" (examples left, no variance yet), "shrinking" (variance seen, the
+    # shrink was cut: a later turn continues it), or "done".
+    state: str = "done"
+    shrink: str = "complete"
 
 
 @dataclass(repr=False)
@@ -474,35 +486,136 @@ class Session:
         self.write_report()
         return self.known_status
 
-    def control(self, op: str, prop: str = "batch_invariance") -> Control:
-        """Search for batch variance with the switch off; shrink to the smallest case that shows it.
+    def control(
+        self,
+        op: str,
+        prop: str = "batch_invariance",
+        *,
+        examples: int | None = None,
+        stop_at: float | None = None,
+        seed: int | None = None,
+        database=None,
+    ) -> Control:
+        """One turn of a negative control: search for batch variance with the switch off, and
+        shrink what shows it toward the smallest case.
 
         Never a failure: it shows that the test can see variance at all (stock kernels are not
-        promised to be invariant). The search stops at the first variance it sees, so its budget,
-        ``[runner] control_examples`` of the space, is only spent where no variance exists."""
+        promised to be invariant). Its budget, ``[runner] control_examples`` of the space, is
+        spent over turns of up to ``examples`` examples (all of it when None); the search stops
+        at the first variance. ``stop_at`` (``time.monotonic()``) bounds the turn: no example
+        starts after it (the first always runs), so a shrink in flight stops there with the
+        smallest case seen by ``case_size``, and a later turn continues it from the example
+        database (``database``: the campaign's; without one, the cut shrink is final). The
+        control's ``state`` says where it stands: searching, shrinking, or done."""
+        control = self._control_entry(op, prop)
+        if control.state == "done":
+            return control
         judge = properties.JUDGES[prop]
         strategy = self.strategy(op, prop)
+        left = self.space.control_examples - control.examples
+        count = 0
+        errors: list[str] = []
+        searched: list[int] = []
+        variants: list[tuple[Case, str]] = []  # every variant case seen, in order
+        started = time.monotonic()
 
-        def variant(case: Case) -> bool:
-            return not judge(self.runner.observe(prop, case, "disabled")).ok
+        class _Variant(AssertionError):
+            pass
+
+        class _Stop(KeyboardInterrupt):  # Hypothesis stops at once, saves nothing as a failure
+            pass
+
+        profile = settings()  # the current profile (pytest's, or the campaign's)
+        database = database if database is not None else profile.database
+
+        @settings(
+            profile,
+            max_examples=max(1, left if examples is None else min(examples, left)),
+            database=database,
+            deadline=None,  # a first example may start a worker; timing belongs to benchmarks
+            derandomize=profile.derandomize if seed is None else False,
+            print_blob=False,
+            suppress_health_check=list(HealthCheck),
+            phases=[phase for phase in Phase if phase != Phase.explain],
+        )
+        @given(data=st.data())
+        def search(data):
+            nonlocal count
+            case = data.draw(strategy, label="case")
+            past_end = count and stop_at is not None and time.monotonic() >= stop_at
+            if past_end and not is_final_replay():
+                raise _Stop()
+            count += 1
+            try:
+                verdict = judge(self.runner.observe(prop, case, "disabled"))
+            except DeadlineReached:
+                raise _Stop() from None
+            except WorkerFailure as exc:  # the disabled cells report it; here it is no variance
+                errors.append(str(exc).splitlines()[0])
+                return
+            if not verdict.ok:
+                if not variants:
+                    searched.append(count)  # examples until the first variance
+                variants.append((case, verdict.message))
+                raise _Variant()
 
         key = f"bi_props:control:{self.target}:{op}:{prop}".encode()
-        budget = settings(
-            settings(),
-            max_examples=self.space.control_examples,
-            deadline=None,  # a first example may start a worker; timing belongs to benchmarks
-        )
+        search.hypothesis.inner_test._hypothesis_internal_add_digest = key
+        search._hypothesis_internal_database_key = key
+        if seed is not None:
+            search = hypothesis_seed(seed)(search)
+            search._hypothesis_internal_use_settings = settings(
+                search._hypothesis_internal_use_settings, database=database
+            )
+        complete = False
         try:
-            minimal = find(strategy, variant, settings=budget, database_key=key)
-        except NoSuchExample:
-            message = f"no {prop} violation seen in {budget.max_examples} examples"
-            result = Control(op, prop, False, None, message)
+            search()
+        except _Stop:
+            pass
+        except Exception:  # the variance, shrunk (Hypothesis' last replay is the minimal case)
+            complete = bool(variants)
+        if not control.variance_seen:
+            control.examples += searched[0] if searched else count
+        if variants:
+            if complete:
+                case, message = variants[-1]
+                shrink = "complete"
+            else:
+                case, message = min(variants, key=lambda v: case_size(v[0]))
+                spent = time.monotonic() - started
+                shrink = f"cut after {spent:.1f} s of this turn: the smallest case seen" + (
+                    "" if database is not None else " (final: no example database to resume)"
+                )
+            control.variance_seen = True
+            control.case = repr(case)
+            control.message = message
+            control.shrink = shrink
+            control.state = "done" if complete or database is None else "shrinking"
+        elif control.variance_seen:  # a shrinking control whose saved case no longer varies
+            control.state = "done"
+        elif control.examples >= self.space.control_examples:
+            control.state = "done"
+            control.shrink = "not needed"
+            control.message = f"no {prop} violation seen in {control.examples} examples"
         else:
-            verdict = judge(self.runner.observe(prop, minimal, "disabled"))
-            result = Control(op, prop, True, repr(minimal), verdict.message)
-        self.controls.append(result)
+            control.state = "searching"
+            control.shrink = "not started"
+            control.message = (
+                f"no {prop} violation seen yet in {control.examples} of "
+                f"{self.space.control_examples} examples"
+            )
+        if errors:
+            control.message += f" ({len(errors)} example(s) failed in the worker: {errors[0]})"
         self.write_report()
-        return result
+        return control
+
+    def _control_entry(self, op: str, prop: str) -> Control:
+        for control in self.controls:
+            if (control.op, control.property) == (op, prop):
+                return control
+        control = Control(op, prop, False, None, "not run", state="not run", shrink="not started")
+        self.controls.append(control)
+        return control
 
     # -- report --------------------------------------------------------------------------------
 

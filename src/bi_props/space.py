@@ -54,6 +54,7 @@ class Space:
     example_timeout_s: float = 60.0
     start_timeout_s: float = 300.0
     control_examples: int = 200
+    control_share: float = 0.15  # largest share of a campaign's budget the controls may use
     fork_workers: bool = True  # replacement workers forked from a loaded parent (CPU targets)
     # What to explore.
     ops: tuple[str, ...] = DEFAULT_OPS
@@ -85,6 +86,7 @@ _SECTIONS: dict[str, dict[str, str]] = {
         "example_timeout_s": "num",
         "start_timeout_s": "num",
         "control_examples": "int",
+        "control_share": "num",
         "fork_workers": "bool",
     },
     "ops": {"include": "list[str]", "exclude": "list[str]"},
@@ -173,6 +175,7 @@ def parse(data: dict[str, Any], source: str, profile: str) -> Space:
         ("runner", "example_timeout_s"): "example_timeout_s",
         ("runner", "start_timeout_s"): "start_timeout_s",
         ("runner", "control_examples"): "control_examples",
+        ("runner", "control_share"): "control_share",
         ("runner", "fork_workers"): "fork_workers",
         ("shapes", "rows"): "rows",
         ("shapes", "dim"): "dim",
@@ -185,6 +188,8 @@ def parse(data: dict[str, Any], source: str, profile: str) -> Space:
             space[name] = fields[key]
     if ("hypothesis", "database") in fields and space["database"] not in ("directory", "none"):
         raise _fail(source, "hypothesis.database", "expected 'directory' or 'none'")
+    if not 0 <= space.get("control_share", 0) <= 1:
+        raise _fail(source, "runner.control_share", "must be within 0 and 1 (a share of --budget)")
     if space.get("max_examples", 1) < 1:
         raise _fail(source, "hypothesis.max_examples", "must be at least 1")
     if ("shapes", "rows") in fields and space["rows"].min < 1:

@@ -25,6 +25,22 @@ def first_line(message: str | None) -> str:
     return lines[0] if lines else ""
 
 
+def turn_rates(turns: list[dict]) -> str:
+    """Examples/s per turn, summarised per kind: count, median and range (the list is in
+    report.json's campaign.turns)."""
+    parts = []
+    for kind in ("cell", "control"):
+        rates = sorted(t["examples_per_s"] for t in turns if t.get("kind") == kind and
+                       t.get("examples_per_s") is not None)  # fmt: skip
+        if rates:
+            median = rates[len(rates) // 2]
+            parts.append(
+                f"{len(rates)} {kind} turns: median {median:.1f} examples/s "
+                f"({rates[0]:.1f}-{rates[-1]:.1f})"
+            )
+    return "; ".join(parts)
+
+
 def render(data: ReportData) -> str:
     r = data.report
     campaign = r.get("campaign") or {}
@@ -32,6 +48,11 @@ def render(data: ReportData) -> str:
     failing = [s for s in data.statuses if s.failing]
     out: list[str] = []
     verdict = f"{len(failing)} open finding(s)" if failing else "no open findings"
+    if r.get("status") == "incomplete":
+        verdict = "INCOMPLETE: no enabled-state cell ran, no verdict; " + verdict
+    not_run = campaign.get("cells_not_run")
+    if not_run:
+        verdict += f"; {not_run} of {campaign.get('cells_total', '?')} cells not run"
     out.append(f"# bi_props campaign: {', '.join(data.targets)} ({verdict})\n")
     out.append("| | |\n| --- | --- |")
     if r.get("status"):
@@ -54,6 +75,20 @@ def render(data: ReportData) -> str:
     out.append(f"| elapsed | {r.get('elapsed_s', 0):.0f} s |")
     if throughput.get("examples_per_s"):
         out.append(f"| throughput (cells) | {throughput['examples_per_s']:.1f} examples/s |")
+    if r.get("status"):
+        out.append(f"| status | {_cell(r['status'])} |")
+    if campaign.get("overrun_s"):
+        out.append(f"| past the budget | {campaign['overrun_s']:.1f} s |")
+    time_split = campaign.get("time") or {}
+    if time_split.get("shares"):
+        shares = ", ".join(
+            f"{k} {100 * (v or 0):.0f}% ({time_split['seconds'][k]:.1f} s)"
+            for k, v in time_split["shares"].items()
+        )
+        out.append(f"| time | {_cell(shares)} |")
+    turns = campaign.get("turns") or []
+    if turns:
+        out.append(f"| turns | {_cell(turn_rates(turns))} |")
     if campaign.get("interrupted"):
         out.append("| interrupted | yes (the report holds everything found until then) |")
     out.append("")
@@ -95,15 +130,17 @@ def render(data: ReportData) -> str:
     if not controls:
         out.append("None ran.\n")
     else:
-        out.append("| target | op | property | variance seen | smallest case / note |")
-        out.append("| --- | --- | --- | --- | --- |")
+        out.append(
+            "| target | op | property | state | variance seen | smallest case / note | shrink |"
+        )
+        out.append("| --- | --- | --- | --- | --- | --- | --- |")
         for c in controls:
             what = c.get("case") or first_line(c.get("message"))
             out.append(
                 f"| {_cell(c.get('target', r.get('target')))} | {_cell(c.get('op'))} | "
-                f"{_cell(c.get('property'))} | "
+                f"{_cell(c.get('property'))} | {_cell(c.get('state', 'done'))} | "
                 f"{'yes' if c.get('variance_seen') else '**NO (blind)**'} | "
-                f"`{_cell(what)}` |"
+                f"`{_cell(what)}` | {_cell(c.get('shrink', 'complete'))} |"
             )
         out.append("")
 
@@ -140,8 +177,8 @@ def render(data: ReportData) -> str:
         out.append("")
 
     out.append("## Cells\n")
-    out.append("| target | cell | examples (campaign) | this run | status |")
-    out.append("| --- | --- | --- | --- | --- |")
+    out.append("| target | cell | examples (campaign) | this run | examples/s | status |")
+    out.append("| --- | --- | --- | --- | --- | --- |")
     for c in data.cells:
         found = data.cell_findings(c["target"], c["op"], c["property"], c["switch"])
         status = ", ".join(sorted({s.status for s in found})) or (
@@ -151,9 +188,13 @@ def render(data: ReportData) -> str:
             c["target"], c["op"], c["property"], c["switch"]
         ):
             status = "routing not observable"
+        seconds = c.get("seconds") or 0
+        rate = f"{c.get('examples', 0) / seconds:.1f}" if seconds else ""
+        if not found and c.get("examples") and c.get("examples_this_run") == 0:
+            status += " (not run this run)"
         out.append(
             f"| {_cell(c['target'])} | {_cell(cell_name(c['op'], c['property'], c['switch']))} "
-            f"| {c.get('examples', 0)} | {c.get('examples_this_run', '')} | {status} |"
+            f"| {c.get('examples', 0)} | {c.get('examples_this_run', '')} | {rate} | {status} |"
         )
     out.append("")
 

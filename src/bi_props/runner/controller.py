@@ -57,6 +57,17 @@ class InternalError(Exception):
     """bi_props itself failed inside the worker (a bug of ours, not a finding)."""
 
 
+class DeadlineReached(KeyboardInterrupt):
+    """An example cut at the campaign's end: its timeout had been shortened to the time left
+    (``Runner.deadline``), so its silence proves no hang. A KeyboardInterrupt, so that Hypothesis
+    stops at once and takes it for no failure; the campaign's slice ends there."""
+
+
+CONFIRM_GRACE_S = 5.0
+"""Past the campaign's end, a fresh-process confirmation or a reproducer's export may still wait
+this long for its one example (then it counts as silent, as before)."""
+
+
 def _signal_name(returncode: int | None) -> str:
     if returncode is None:
         return "still running"
@@ -378,6 +389,18 @@ class Runner:
         self.forks = 0  # serving children forked
         self.examples = 0
         self.seconds_in_workers = 0.0
+        # time.monotonic() at which the campaign ends: no example waits past it (None: no end).
+        self.deadline: float | None = None
+
+    def timeout(self, grace_s: float = 0.0) -> tuple[float, bool]:
+        """(the example timeout, whether the deadline shortened it): the profile's
+        ``example_timeout_s``, or the time left until ``deadline`` (plus ``grace_s``) when less."""
+        if self.deadline is None:
+            return self.example_timeout_s, False
+        left = max(self.deadline - time.monotonic(), 0.0) + grace_s
+        if left < self.example_timeout_s:
+            return max(left, 0.01), True
+        return self.example_timeout_s, False
 
     def _spawned(self, switch: str) -> Worker:
         worker = Worker(self.target, switch, self.start_timeout_s, self.extra_env)
@@ -454,13 +477,16 @@ class Runner:
                 f"target {self.target!r} is {worker.hello.status}: {worker.hello.message}"
             )
         start = time.perf_counter()
+        timeout_s, cut = self.timeout()
         try:
             observation = worker.request(
-                ("observe", prop, case), self.example_timeout_s, f"running {prop} on {case!r}"
+                ("observe", prop, case), timeout_s, f"running {prop} on {case!r}"
             )
-        except WorkerFailure:
+        except WorkerFailure as failure:
             self._workers.pop(switch, None)
             worker.kill()
+            if cut and isinstance(failure, WorkerHang):
+                raise DeadlineReached(f"{prop} on {case!r} cut at the campaign's end") from None
             raise
         finally:
             self.examples += 1
@@ -470,7 +496,8 @@ class Runner:
     def export(self, prop: str, case: Case, switch: str) -> dict:
         """The exact tensors (and reference) of a case, for a standalone reproducer."""
         worker = self.worker(switch)
-        return worker.request(("export", prop, case), self.example_timeout_s, f"exporting {case!r}")
+        timeout_s, _ = self.timeout(CONFIRM_GRACE_S)
+        return worker.request(("export", prop, case), timeout_s, f"exporting {case!r}")
 
     def fresh(self, prop: str, case: Case, switch: str) -> Observation:
         """Run one case in a brand-new interpreter (then close it): does it reproduce in
@@ -482,8 +509,9 @@ class Runner:
                 raise WorkerStartFailure(
                     f"target {self.target!r} is {hello.status}: {hello.message}"
                 )
+            timeout_s, _ = self.timeout(CONFIRM_GRACE_S)
             return worker.request(
-                ("observe", prop, case), self.example_timeout_s, f"re-running {prop} on {case!r}"
+                ("observe", prop, case), timeout_s, f"re-running {prop} on {case!r}"
             )
         finally:
             worker.close()
@@ -498,6 +526,7 @@ class Runner:
 
 
 __all__ = [
+    "DeadlineReached",
     "ForkedWorker",
     "InternalError",
     "Runner",

@@ -1,0 +1,188 @@
+"""Which cell runs next, and for how long: the campaign's turn scheduler (no clock of its own).
+
+A campaign's budget is spent in *turns*. The scheduler holds one ``Item`` per cell (op, property,
+switch state) and one per negative control, and answers ``next(now)`` with the item to run and the
+turn's time limit. Its policy, in order:
+
+1. **Controls share the budget.** Control turns are taken only while the controls' time is below
+   ``control_share`` x the time scheduled so far (so they are interleaved, never first), and a
+   control turn may last at most what is left of ``control_share`` x budget (and at most an equal
+   part of it per control, so that each gets a turn): the controls' total stays within their
+   share. Once every cell is retired, unfinished controls may use what is left of the budget
+   (their search or shrink continues at the end). A share of 0 turns the controls off.
+2. **First turns, where bugs are first.** Cells that have not had a turn go first: enabled-state
+   and ``parity`` cells before disabled-state ones, cells of ops the target claims (its own
+   kernels) before those it leaves to stock kernels, in catalogue order. Their time limit is the
+   time left until the end of the first third of the budget, split between the first turns still
+   due in proportion to their weights (below; at least ``MIN_TURN_S``), so every cell has had its
+   first turn within the first third whenever the budget allows one turn per cell. A turn always
+   runs at least one example.
+3. **Then novelty, by stride.** Each live cell gets a weight ``w = class x (1 + novelty)``:
+   ``class`` is ``ENABLED_WEIGHT`` for enabled-state and parity cells and 1 for disabled-state
+   ones, times ``CLAIMED_WEIGHT`` for ops the target claims (a library claiming one op of 22 then
+   spends about half the time on it; a target that claims every op, like ``cpu``, is
+   unaffected); ``novelty`` is an exponentially decayed count (``NOVELTY_DECAY`` per turn of the
+   cell) of the new behaviour its turns produced: shape buckets, dtypes and layout combinations
+   it had not produced before in this run, and reference distances (max ULP, where coverage
+   lines record one) larger than any it saw before (growing toward the bound). The next turn
+   goes to the live cell with the least ``seconds / w``: time is shared in proportion to the
+   weights, so a cell still finding new behaviour gets more turns, and none starves.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+CONTROL_SHARE = 0.15
+"""Default largest share of the budget the negative controls may use ([runner] control_share)."""
+MIN_TURN_S = 0.05
+MAX_TURN_S = 10.0
+TURN_FRACTION = 0.02  # a later turn's time limit: this fraction of the budget, within the bounds
+ENABLED_WEIGHT = 2.0
+CLAIMED_WEIGHT = 16.0
+NOVELTY_DECAY = 0.5
+NOVELTY_CAP = 8.0
+
+
+@dataclass
+class Item:
+    """One schedulable thing: a cell (kind "cell") or a negative control (kind "control")."""
+
+    key: Any
+    kind: str = "cell"
+    switch: str = "enabled"
+    order: int = 0
+    turns: int = 0
+    seconds: float = 0.0
+    examples: int = 0
+    novelty: float = 0.0
+    done: bool = False
+    seen: set = field(default_factory=set, repr=False)
+    max_distance: int | None = None
+    claimed: bool = True  # the target claims the op (its own kernel): where its bugs can be
+
+    @property
+    def enabled_state(self) -> bool:
+        """Enabled-state and parity cells: where a switch's bugs show."""
+        return self.switch in ("enabled", "both")
+
+    @property
+    def weight(self) -> float:
+        kind = ENABLED_WEIGHT if self.enabled_state else 1.0
+        claimed = CLAIMED_WEIGHT if self.claimed else 1.0
+        return kind * claimed * (1.0 + min(self.novelty, NOVELTY_CAP))
+
+
+def behaviours(lines: list[dict[str, Any]]) -> tuple[set, int | None]:
+    """What a turn's coverage lines exercised: (dtype, layouts, shape bucket) keys, and the
+    largest reference distance (max ULP) among them (None when no line has one)."""
+    from .reporting.data import shape_bucket
+
+    keys = set()
+    largest: int | None = None
+    for line in lines:
+        keys.add(
+            (
+                line.get("dtype"),
+                tuple(line.get("layouts") or ()),
+                shape_bucket(line.get("shape") or []),
+            )
+        )
+        distance = line.get("max_ulp")
+        if distance is not None and (largest is None or distance > largest):
+            largest = int(distance)
+    return keys, largest
+
+
+class Scheduler:
+    """Turn scheduler over ``Item``s for one budget; the caller supplies the clock (``now`` is
+    seconds since the campaign's start)."""
+
+    def __init__(self, budget_s: float, control_share: float = CONTROL_SHARE) -> None:
+        if not 0.0 <= control_share <= 1.0:
+            raise ValueError(f"control_share must be within [0, 1], got {control_share}")
+        self.budget_s = budget_s
+        self.control_share = control_share
+        self.items: list[Item] = []
+        self.control_seconds = 0.0
+        self.started_at: float | None = None
+
+    def add(self, item: Item) -> Item:
+        item.order = len(self.items)
+        self.items.append(item)
+        return item
+
+    def cells(self) -> list[Item]:
+        return [i for i in self.items if i.kind == "cell"]
+
+    def controls(self) -> list[Item]:
+        return [i for i in self.items if i.kind == "control"]
+
+    @property
+    def control_budget_s(self) -> float:
+        return self.control_share * self.budget_s
+
+    def next(self, now: float) -> tuple[Item, float] | None:
+        """The next item to run and its turn's time limit (seconds); None when nothing is live
+        or the budget is spent."""
+        if self.started_at is None:
+            self.started_at = now
+        left = self.budget_s - now
+        if left <= 0:
+            return None
+        live_cells = [c for c in self.cells() if not c.done]
+        live_controls = [c for c in self.controls() if not c.done]
+        if live_controls and self.control_share > 0:
+            control = min(live_controls, key=lambda c: (c.seconds, c.order))
+            share_left = self.control_budget_s - self.control_seconds
+            scheduled = max(now - self.started_at, 0.0)
+            if not live_cells:  # every cell retired: the controls may finish with what is left
+                return control, left
+            if share_left > 0 and self.control_seconds < self.control_share * scheduled:
+                usable = self.control_share * (self.budget_s - self.started_at)  # after start-up
+                fair = max(MIN_TURN_S, usable / len(self.controls()))
+                return control, min(share_left, left, self._turn_s(), fair)
+        if not live_cells:
+            return None
+        first = [c for c in live_cells if c.turns == 0]
+        if first:
+            cell = min(first, key=lambda c: (not c.enabled_state, not c.claimed, c.order))
+            third_left = self.budget_s / 3 - now
+            part = cell.weight / sum(c.weight for c in first)  # a weighted part of the third
+            limit = max(MIN_TURN_S, third_left * part) if third_left > 0 else MIN_TURN_S
+            return cell, min(limit, self._turn_s(), left)
+        cell = min(
+            live_cells,
+            key=lambda c: (c.seconds / c.weight, not c.enabled_state, c.turns, c.order),
+        )
+        return cell, min(self._turn_s(), left)
+
+    def _turn_s(self) -> float:
+        return min(MAX_TURN_S, max(MIN_TURN_S * 10, TURN_FRACTION * self.budget_s))
+
+    def done(
+        self,
+        item: Item,
+        seconds: float,
+        examples: int,
+        lines: list[dict[str, Any]] | None = None,
+        finished: bool = False,
+    ) -> float:
+        """Record a turn; return the new behaviour it produced (see the module's policy)."""
+        item.turns += 1
+        item.seconds += seconds
+        item.examples += examples
+        item.done = item.done or finished
+        if item.kind == "control":
+            self.control_seconds += seconds
+        keys, largest = behaviours(lines or [])
+        new = len(keys - item.seen)
+        item.seen |= keys
+        if largest is not None:
+            if item.max_distance is not None and largest > item.max_distance:
+                new += 1
+            if item.max_distance is None or largest > item.max_distance:
+                item.max_distance = largest
+        item.novelty = item.novelty * NOVELTY_DECAY + new
+        return float(new)

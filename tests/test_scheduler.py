@@ -1,0 +1,172 @@
+"""The campaign's turn scheduler on fake cells and a fake clock: controls within their share,
+enabled-state cells first, every first turn within the first third, novelty earns turns."""
+
+from __future__ import annotations
+
+import pytest
+
+from bi_props.scheduler import CONTROL_SHARE, Item, Scheduler, behaviours
+
+
+def _run(schedule: Scheduler, cost: dict, until: float, lines=None) -> list[tuple[float, Item]]:
+    """Drive the scheduler with a fake clock: each turn takes min(its limit, cost[key]) s."""
+    now, log = 0.0, []
+    while True:
+        picked = schedule.next(now)
+        if picked is None:
+            return log
+        item, limit = picked
+        spent = min(limit, cost.get(item.key, 0.1)) if cost.get(item.key) != "slow" else limit
+        log.append((now, item))
+        turn_lines = lines(item, len(log)) if lines else []
+        schedule.done(item, spent, 10, turn_lines)
+        now += spent
+        if now >= until:
+            return log
+
+
+def _cells(schedule: Scheduler, n_enabled: int, n_disabled: int, n_controls: int = 0) -> None:
+    for i in range(n_disabled):  # added first: order must not decide, the switch state must
+        schedule.add(Item(f"d{i}", "cell", "disabled"))
+    for i in range(n_enabled):
+        schedule.add(Item(f"e{i}", "cell", "enabled" if i % 2 else "both"))
+    for i in range(n_controls):
+        schedule.add(Item(f"c{i}", "control", "disabled"))
+
+
+def test_enabled_state_and_parity_cells_get_their_first_turns_before_disabled_ones() -> None:
+    schedule = Scheduler(60.0)
+    _cells(schedule, 5, 5)
+    log = _run(schedule, {}, 60.0)
+    first = []
+    for _, item in log:
+        if item.key not in first:
+            first.append(item.key)
+    assert first[:5] == [f"e{i}" for i in range(5)], first
+    assert sorted(first[5:]) == [f"d{i}" for i in range(5)]
+
+
+def test_every_cell_has_its_first_turn_within_the_first_third() -> None:
+    # 109 cells whose turns would each take 2 s if not limited, a 60 s budget: one turn each fits
+    # only because first turns are time-boxed to the first third's remaining time per cell.
+    schedule = Scheduler(60.0)
+    _cells(schedule, 60, 49, 15)
+    cost = {item.key: "slow" for item in schedule.items}
+    log = _run(schedule, cost, 60.0)
+    first_turn = {}
+    for at, item in log:
+        first_turn.setdefault(item.key, at)
+    cells = [i for i in schedule.items if i.kind == "cell"]
+    assert all(c.key in first_turn for c in cells)
+    latest = max(first_turn[c.key] for c in cells)
+    assert latest <= 20.0 + 1e-9, f"a cell's first turn started at {latest:.2f} s (> 20 s)"
+
+
+def test_controls_stay_within_their_share_and_are_interleaved() -> None:
+    schedule = Scheduler(100.0, control_share=0.1)
+    _cells(schedule, 4, 4, 5)
+    cost = {item.key: "slow" for item in schedule.items}  # controls never finish by themselves
+    log = _run(schedule, cost, 100.0)
+    control_s = sum(i.seconds for i in schedule.items if i.kind == "control")
+    assert 0 < control_s <= 0.1 * 100.0 + 1e-9, control_s
+    assert log[0][1].kind == "cell"  # the controls never go first
+    kinds = [item.kind for _, item in log[:40]]
+    assert "control" in kinds and kinds.index("control") < 20, kinds
+
+
+def test_default_control_share_is_at_most_15_percent() -> None:
+    assert CONTROL_SHARE <= 0.15
+    with pytest.raises(ValueError, match="control_share"):
+        Scheduler(10.0, control_share=1.5)
+
+
+def test_unfinished_controls_may_use_what_is_left_once_every_cell_retired() -> None:
+    schedule = Scheduler(100.0, control_share=0.05)
+    schedule.add(Item("e0", "cell", "enabled"))
+    control = schedule.add(Item("c0", "control", "disabled"))
+    item, _ = schedule.next(0.0)
+    schedule.done(item, 1.0, 10, finished=True)  # the only cell retires (a finding)
+    item, limit = schedule.next(1.0)
+    assert item is control and limit == pytest.approx(99.0)
+
+
+def test_novelty_earns_more_turns_than_a_stale_cell() -> None:
+    schedule = Scheduler(200.0)
+    schedule.add(Item("stale", "cell", "enabled"))
+    schedule.add(Item("fresh", "cell", "enabled"))
+
+    def lines(item: Item, n: int) -> list[dict]:
+        if item.key == "fresh":  # a new shape bucket every turn
+            return [{"dtype": "float32", "layouts": ["contiguous"], "shape": [2**n, 4]}]
+        return [{"dtype": "float32", "layouts": ["contiguous"], "shape": [3, 4]}]
+
+    _run(schedule, {"stale": 1.0, "fresh": 1.0}, 200.0, lines)
+    stale, fresh = schedule.items
+    assert fresh.turns > 1.5 * stale.turns, (fresh.turns, stale.turns)
+    assert stale.turns >= 10  # no starvation
+
+
+def test_enabled_cells_get_more_time_than_disabled_ones_at_equal_novelty() -> None:
+    schedule = Scheduler(100.0)
+    schedule.add(Item("d", "cell", "disabled"))
+    schedule.add(Item("e", "cell", "enabled"))
+    _run(schedule, {"d": 1.0, "e": 1.0}, 100.0)
+    disabled, enabled = schedule.items
+    assert enabled.seconds > 1.5 * disabled.seconds
+
+
+def test_behaviours_and_growing_reference_distance_count_as_new() -> None:
+    keys, largest = behaviours(
+        [
+            {"dtype": "bfloat16", "layouts": ["t"], "shape": [5, 3], "max_ulp": 2},
+            {"dtype": "bfloat16", "layouts": ["t"], "shape": [6, 3], "max_ulp": 7},
+        ]
+    )
+    assert keys == {("bfloat16", ("t",), "4-7x2-3")} and largest == 7
+    schedule = Scheduler(10.0)
+    item = schedule.add(Item("e", "cell", "enabled"))
+    line = {"dtype": "float32", "layouts": [], "shape": [1], "max_ulp": 3}
+    assert schedule.done(item, 0.1, 1, [line]) == 1  # a new bucket
+    assert schedule.done(item, 0.1, 1, [line]) == 0  # nothing new
+    assert schedule.done(item, 0.1, 1, [{**line, "max_ulp": 9}]) == 1  # the distance grew
+
+
+def test_nothing_is_scheduled_past_the_budget() -> None:
+    schedule = Scheduler(10.0)
+    schedule.add(Item("e", "cell", "enabled"))
+    assert schedule.next(10.0) is None
+    _, limit = schedule.next(9.9)
+    assert 0 < limit <= 0.1 + 1e-9
+
+
+def test_control_share_is_read_from_the_space_and_validated(tmp_path) -> None:
+    from bi_props.cli import main
+    from bi_props.space import SpaceError, load
+
+    good = tmp_path / "good.toml"
+    good.write_text("[runner]\ncontrol_share = 0.05\n")
+    assert load(good).control_share == 0.05
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[runner]\ncontrol_share = 1.5\n")
+    with pytest.raises(SpaceError, match=r"runner\.control_share"):
+        load(bad)
+    assert main(["fuzz", "--control-share", "2", "--out", str(tmp_path / "o")]) == 2
+
+
+def test_cells_of_ops_the_target_claims_get_more_time_and_go_first() -> None:
+    schedule = Scheduler(100.0)
+    stock = schedule.add(Item("stock", "cell", "enabled", claimed=False))
+    own = schedule.add(Item("own", "cell", "enabled", claimed=True))
+    item, _ = schedule.next(0.0)
+    assert item is own
+    _run(schedule, {"stock": 1.0, "own": 1.0}, 100.0)
+    assert own.seconds > 3 * stock.seconds, (own.seconds, stock.seconds)
+
+
+def test_a_control_share_of_zero_turns_the_controls_off() -> None:
+    schedule = Scheduler(100.0, control_share=0.0)
+    schedule.add(Item("e0", "cell", "enabled"))
+    schedule.add(Item("c0", "control", "disabled"))
+    item, _ = schedule.next(0.0)
+    schedule.done(item, 1.0, 10, finished=True)
+    assert schedule.next(1.0) is None
