@@ -22,6 +22,8 @@ import pytest
 from bi_props import properties
 from bi_props.case import Case
 from bi_props.runner.controller import (
+    CONFIRM_GRACE_S,
+    ConfirmationCut,
     Runner,
     Worker,
     WorkerCrash,
@@ -222,6 +224,22 @@ def test_hang_raises_worker_hang_after_the_timeout_and_kills_the_worker(fork: bo
 
         assert properties.reference(runner.observe("reference", mm_case(k=8), "enabled")).ok
         assert replacements(runner) == 2
+
+
+def test_a_fresh_confirmation_cut_at_the_campaign_end_is_not_a_hang():
+    """Past the campaign's end a fresh-process confirmation waits only CONFIRM_GRACE_S: a hang
+    cut there proves nothing, so it raises ConfirmationCut (not confirmed), never WorkerHang
+    (which would confirm a timeout finding)."""
+    with running("planted_hang", example_timeout_s=60, fork=False) as runner:
+        runner.deadline = time.monotonic() - CONFIRM_GRACE_S + 1.0  # 1 s of grace left
+        start = time.monotonic()
+        with pytest.raises(ConfirmationCut, match="at the campaign's end"):
+            runner.fresh("reference", mm_case(k=7), "enabled")
+        assert time.monotonic() - start < 30  # the 60 s example timeout was not waited out
+        runner.deadline = None  # with no deadline, the same hang is a hang
+        with pytest.raises(WorkerHang):
+            runner.example_timeout_s = 2
+            runner.fresh("reference", mm_case(k=7), "enabled")
 
 
 def test_many_crashes_cost_forks_not_imports():

@@ -13,7 +13,12 @@ from bi_props.case import Case
 from bi_props.fuzz import Cell, run_slice
 from bi_props.known import KnownFailure
 from bi_props.properties import Verdict
-from bi_props.runner.controller import InternalError, WorkerCrash, WorkerStartFailure
+from bi_props.runner.controller import (
+    ConfirmationCut,
+    InternalError,
+    WorkerCrash,
+    WorkerStartFailure,
+)
 from bi_props.session import Failure, Session
 from bi_props.space import parse
 
@@ -143,6 +148,8 @@ def test_a_fresh_process_confirms_only_the_same_property_and_kind() -> None:
     assert _confirm(Verdict(True)) == (False, "not reproduced: the case passed in a fresh worker")
     state, why = _confirm(WorkerStartFailure("import failed"))
     assert state is None and why.startswith("not confirmed: the fresh worker did not start")
+    state, why = _confirm(ConfirmationCut("cut after 5.0 s at the campaign's end"))
+    assert state is None and why.startswith("not confirmed: the fresh worker's example was cut")
 
 
 def test_a_kernel_right_only_when_replayed_is_a_flaky_finding(monkeypatch) -> None:

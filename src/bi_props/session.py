@@ -24,6 +24,7 @@ from .known import KnownFailure
 from .observation import Hello
 from .reporting.ulp import coverage_extras, reference_ulps
 from .runner.controller import (
+    ConfirmationCut,
     DeadlineReached,
     InternalError,
     Runner,
@@ -409,6 +410,8 @@ class Session:
             verdict = self.judge(op, prop, switch, case, fresh=True)
         except WorkerStartFailure as exc:
             return None, f"not confirmed: the fresh worker did not start: {_first_line(exc)}"
+        except ConfirmationCut as exc:
+            return None, f"not confirmed: the fresh worker's example was {_first_line(exc)}"
         except WorkerFailure as exc:
             seen = exc.kind
         except Exception:

@@ -65,7 +65,13 @@ class DeadlineReached(KeyboardInterrupt):
 
 CONFIRM_GRACE_S = 5.0
 """Past the campaign's end, a fresh-process confirmation or a reproducer's export may still wait
-this long for its one example (then it counts as silent, as before)."""
+this long for its one example (then the confirmation is cut: ``ConfirmationCut``)."""
+
+
+class ConfirmationCut(WorkerFailure):
+    """A fresh-process confirmation whose example was still running when its timeout, shortened
+    to the campaign's end (plus ``CONFIRM_GRACE_S``), ran out: its silence proves no hang, so
+    the finding is "not confirmed", never "reproduced" as a timeout."""
 
 
 def _signal_name(returncode: int | None) -> str:
@@ -509,10 +515,17 @@ class Runner:
                 raise WorkerStartFailure(
                     f"target {self.target!r} is {hello.status}: {hello.message}"
                 )
-            timeout_s, _ = self.timeout(CONFIRM_GRACE_S)
-            return worker.request(
-                ("observe", prop, case), timeout_s, f"re-running {prop} on {case!r}"
-            )
+            timeout_s, cut = self.timeout(CONFIRM_GRACE_S)
+            try:
+                return worker.request(
+                    ("observe", prop, case), timeout_s, f"re-running {prop} on {case!r}"
+                )
+            except WorkerHang:
+                if cut:
+                    raise ConfirmationCut(
+                        f"cut after {timeout_s:.1f} s at the campaign's end"
+                    ) from None
+                raise
         finally:
             worker.close()
 
@@ -526,6 +539,7 @@ class Runner:
 
 
 __all__ = [
+    "ConfirmationCut",
     "DeadlineReached",
     "ForkedWorker",
     "InternalError",
