@@ -57,6 +57,27 @@ def test_a_failure_that_does_not_replay_is_a_flaky_finding() -> None:
     assert finding.reproduced_in_fresh_process is True
 
 
+def test_a_failure_folded_into_another_while_shrinking_is_no_flaky_finding() -> None:
+    """Two signatures with one origin (PropertyFailed from the same line): Hypothesis shrinks
+    them as one failure and replays only the last. The other was never replayed, which says
+    nothing about determinism: it is recorded as an ordinary finding, never as ``flaky``."""
+
+    def judge(case: Case, fresh: bool) -> Verdict:
+        if case.shape[0] >= 8:  # deterministic: large cases mismatch, smaller ones raise
+            return Verdict(False, "bits differ", "mismatch")
+        if case.shape[0] >= 2:
+            return Verdict(False, "the op raised ValueError", "error", "ValueError")
+        return Verdict(True)
+
+    session = session_judged_by(judge)
+    cell = Cell("mm", "reference", "enabled")
+    session.strategy = lambda op, prop: st.builds(mm_case, st.integers(1, 64), st.integers(0, 64))
+    run_slice(session, cell, 100, None, seed=3)
+    kinds = sorted(f.kind for f in session.findings)
+    assert "flaky" not in kinds, session.findings
+    assert "error" in kinds, session.findings
+
+
 def test_an_error_of_bi_props_is_an_internal_finding_and_exit_3() -> None:
     from bi_props.campaign import Ledger
 

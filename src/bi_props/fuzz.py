@@ -197,9 +197,18 @@ def run_slice(
             )
         raise
     except Exception as exc:  # findings (PropertyFailed, WorkerFailure, several), or Flaky
+        flaky = _hypothesis_flaky(exc)
         for signature, failure in smallest.items():
-            if signature not in replayed:  # did not fail again when replayed: flaky
+            if signature in replayed:
+                continue
+            if flaky:  # Hypothesis replayed the case and it passed: nondeterministic
                 _record_flaky(session, failure)
+            else:  # shrunk away inside another failure of the same origin: still a finding
+                session.finalize(
+                    failure,
+                    shrink="seen while Hypothesis shrank another failure of the same origin: "
+                    "the smallest failing case seen, not necessarily minimal",
+                )
         if not smallest:  # an error outside any example: bi_props' own, never a silent retire
             session.internal(f"{cell.name}: the search stopped: {internal_message(exc)}")
         cell.done = not smallest or not all(settled.values())
@@ -208,6 +217,21 @@ def run_slice(
         if first_failure:
             cell.shrink_s += time.monotonic() - first_failure[0]
     return count
+
+
+def _hypothesis_flaky(exc: BaseException) -> bool:
+    """Whether Hypothesis itself said the failure did not happen again on replay (its Flaky, or
+    an exception group holding one). Only then is an unreplayed failure ``flaky``: a signature
+    Hypothesis folded into another failure of the same origin while shrinking was never replayed
+    and is no evidence of nondeterminism."""
+    from hypothesis.errors import Flaky
+
+    if isinstance(exc, Flaky):
+        return True
+    group = getattr(exc, "exceptions", None)  # an ExceptionGroup (3.11, or the 3.10 backport)
+    if isinstance(group, (list, tuple)):
+        return any(_hypothesis_flaky(e) for e in group)
+    return False
 
 
 def _record_flaky(session: Session, failure: Failure) -> None:
