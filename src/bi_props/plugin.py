@@ -310,6 +310,7 @@ def bi_props_session(request: pytest.FixtureRequest):
 
 
 _FINDINGS_AT = pytest.StashKey[int]()
+_SKIPPED_AT = pytest.StashKey[dict]()
 
 
 @pytest.hookimpl(wrapper=True)
@@ -318,6 +319,7 @@ def pytest_runtest_call(item: pytest.Item):
     state = item.config.stash.get(_KEY, None)
     if state is not None and state._session is not None:
         item.stash[_FINDINGS_AT] = len(state._session.findings)
+        item.stash[_SKIPPED_AT] = dict(state._session.skipped_known)
     return (yield)
 
 
@@ -347,6 +349,23 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
             _record_flaky(session, session.last_failure)
     start = item.stash.get(_FINDINGS_AT, len(session.findings))
     found = session.findings[start:]
+    if not found and report.passed:
+        # A settled (known) failure hit again is skipped so the search goes on; a test that saw
+        # only such failures did not pass: it is xfail (known), like the test that recorded it.
+        before = item.stash.get(_SKIPPED_AT, {})
+        hit = [c for c, n in session.skipped_known.items() if n > before.get(c, 0)]
+        if hit:
+            reasons = []
+            for cell in hit:
+                entry = session.known_for(*cell)
+                reasons.append(
+                    f"{entry.reason or 'listed'} {entry.link}".strip()
+                    if entry
+                    else "recorded earlier in this run"
+                )
+            report.outcome = "skipped"
+            report.wasxfail = "known failure (seen again): " + "; ".join(dict.fromkeys(reasons))
+        return report
     if not found or report.skipped:
         return report
     if all(f.status == "known" for f in found):
