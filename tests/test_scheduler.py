@@ -170,3 +170,15 @@ def test_a_control_share_of_zero_turns_the_controls_off() -> None:
     item, _ = schedule.next(0.0)
     schedule.done(item, 1.0, 10, finished=True)
     assert schedule.next(1.0) is None
+
+
+def test_targets_of_one_campaign_take_first_turns_in_alternation() -> None:
+    """Two targets' cells added one target after the other: the second is not starved behind
+    the first (under load a short budget ends within the first target's first turns)."""
+    schedule = Scheduler(20.0)
+    for target in ("lib", "cpu"):
+        for i in range(6):
+            schedule.add(Item((target, i), "cell", "enabled", group=target))
+    log = _run(schedule, {}, 20.0)
+    firsts = [item.key[0] for _, item in log[:6]]
+    assert firsts == ["lib", "cpu"] * 3, firsts

@@ -804,7 +804,7 @@ class Campaign:
         for target, state in states.items():
             claimed = state.session.hello("enabled").covered
             for cell in state.cells:
-                item = Item((target, cell), "cell", cell.switch, done=cell.done)
+                item = Item((target, cell), "cell", cell.switch, done=cell.done, group=target)
                 item.claimed = cell.op in claimed
                 schedule.add(item)
         for target, state in states.items():

@@ -12,7 +12,9 @@ turn's time limit. Its policy, in order:
    (their search or shrink continues at the end). A share of 0 turns the controls off.
 2. **First turns, where bugs are first.** Cells that have not had a turn go first: enabled-state
    and ``parity`` cells before disabled-state ones, cells of ops the target claims (its own
-   kernels) before those it leaves to stock kernels, in catalogue order. Their time limit is the
+   kernels) before those it leaves to stock kernels; within that, the targets of a campaign take
+   first turns in alternation (the target with the fewest first turns so far), each in catalogue
+   order, so that a second target is not starved behind the first. Their time limit is the
    time left until the end of the first third of the budget, split between the first turns still
    due in proportion to their weights (below; at least ``MIN_TURN_S``), so every cell has had its
    first turn within the first third whenever the budget allows one turn per cell. A turn always
@@ -61,6 +63,7 @@ class Item:
     seen: set = field(default_factory=set, repr=False)
     max_distance: int | None = None
     claimed: bool = True  # the target claims the op (its own kernel): where its bugs can be
+    group: Any = None  # the target: first turns alternate between targets of equal priority
 
     @property
     def enabled_state(self) -> bool:
@@ -147,7 +150,19 @@ class Scheduler:
             return None
         first = [c for c in live_cells if c.turns == 0]
         if first:
-            cell = min(first, key=lambda c: (not c.enabled_state, not c.claimed, c.order))
+            started: dict[Any, int] = {}  # first turns taken per target
+            for c in live_cells:
+                if c.turns:
+                    started[c.group] = started.get(c.group, 0) + 1
+            cell = min(
+                first,
+                key=lambda c: (
+                    not c.enabled_state,
+                    not c.claimed,
+                    started.get(c.group, 0),
+                    c.order,
+                ),
+            )
             third_left = self.budget_s / 3 - now
             part = cell.weight / sum(c.weight for c in first)  # a weighted part of the third
             limit = max(MIN_TURN_S, third_left * part) if third_left > 0 else MIN_TURN_S
