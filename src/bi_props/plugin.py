@@ -23,13 +23,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--bi-target",
         default=None,
-        help="system under test: cpu, vllm, ascend, or some.module[:attr]; default: the profile's",
+        help="system under test: cpu, vllm, ascend, or some.module[:attr] (default: the "
+        "profile's, cpu for ci/cpu/dev)",
     )
     group.addoption(
         "--bi-switch",
         default=None,
         choices=("env", "verl"),
-        help="who turns the switch: env (VLLM_BATCH_INVARIANT set by bi_props; the default) or "
+        help="who turns the switch: env (VLLM_BATCH_INVARIANT set by bi_props; default) or "
         "verl (verl's own code, from rollout.full_determinism; targets cpu, vllm, vllm-engine, "
         "ascend)",
     )
@@ -37,26 +38,27 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--bi-strategies",
         default=None,
         metavar="PATH",
-        help="search-space TOML file; default: the profile's strategies/<profile>.toml",
+        help="search-space TOML file (default: the profile's strategies/<profile>.toml)",
     )
     group.addoption(
         "--bi-allow-missing",
         action="store_true",
         default=False,
-        help="skip (loudly) instead of failing when the target's stack is missing",
+        help="skip (loudly) instead of failing when the target's stack is missing (default: "
+        "off: a missing stack fails the session at collection)",
     )
     group.addoption(
         "--bi-report",
         default=None,
         metavar="PATH",
-        help="write findings and negative controls as JSON to PATH",
+        help="write findings and negative controls as JSON to PATH (default: none written)",
     )
     group.addoption(
         "--bi-known",
         default=None,
         metavar="PATH",
         help="known-failures TOML: matching failures are reported as xfail (known), and listed "
-        "cases that pass again as fixed",
+        "cases that pass again as fixed (default: none)",
     )
     group.addoption(
         "--bi-strict-controls",
@@ -69,7 +71,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--bi-regressions",
         default=None,
         metavar="PATH",
-        help="regression cases TOML, run first (test_regression)",
+        help="regression cases TOML, run first (test_regression) (default: none)",
     )
 
 
