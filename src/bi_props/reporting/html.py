@@ -16,7 +16,10 @@ table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; vertical-align: top; }
 th { background: #f2f2f2; }
 pre { background: #f7f7f7; padding: 0.6em; overflow-x: auto; font-size: 0.85em; }
-.status { font-weight: bold; padding: 0 0.4em; border-radius: 3px; color: white; }
+.status { font-weight: bold; padding: 0 0.4em; border-radius: 3px; color: white;
+  background: #455a64; }
+.complete { background: #2e7d32; }
+.incomplete, .interrupted { background: #ef6c00; }
 .new, .regression, .still-failing { background: #c62828; }
 .not-seen-this-run { background: #ef6c00; }
 .known { background: #6d4c41; }
