@@ -250,6 +250,7 @@ def pytest_collection_modifyitems(
     regression = [i for i in items if getattr(i, "originalname", "") == "test_regression"]
     if not state.regressions:  # no regressions file: nothing to run, say so as 'deselected'
         if regression:
+            config.stash[_DESELECTED_REGRESSIONS] = len(regression)
             config.hook.pytest_deselected(items=regression)
             items[:] = [i for i in items if i not in regression]
     else:  # promoted regression cases run before anything is generated
@@ -312,6 +313,7 @@ def bi_props_session(request: pytest.FixtureRequest):
 
 
 _FINDINGS_AT = pytest.StashKey[int]()
+_DESELECTED_REGRESSIONS = pytest.StashKey[int]()
 
 
 @pytest.hookimpl(wrapper=True)
@@ -381,6 +383,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     if state is None:
         return
     tr = terminalreporter
+    deselected = config.stash.get(_DESELECTED_REGRESSIONS, 0)
+    if deselected:
+        tr.line(
+            f"bi_props: {deselected} deselected: test_regression, no --bi-regressions file given "
+            "(promoted cases run first when one is)"
+        )
     if state.missing:
         tr.section("bi_props: NOT RUN ON THE INTENDED HARDWARE", sep="!", red=True, bold=True)
         tr.line(f"{state.skipped} property tests did not run: {state.missing}", red=True, bold=True)

@@ -79,8 +79,6 @@ def render(data: ReportData) -> str:
     run.append(f"| elapsed | {r.get('elapsed_s', 0):.0f} s |")
     if throughput.get("examples_per_s"):
         run.append(f"| throughput (cells) | {throughput['examples_per_s']:.1f} examples/s |")
-    if r.get("status"):
-        run.append(f"| status | {_cell(r['status'])} |")
     if campaign.get("overrun_s"):
         run.append(f"| past the budget | {campaign['overrun_s']:.1f} s |")
     time_split = campaign.get("time") or {}
