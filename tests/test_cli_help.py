@@ -35,3 +35,17 @@ def test_doctor_and_repro_show_defaults(capsys: pytest.CaptureFixture[str]) -> N
 
 def test_top_level_help_has_examples(capsys: pytest.CaptureFixture[str]) -> None:
     assert "bi-props fuzz --target cpu --budget 60" in _help(capsys)
+
+
+def test_the_pytest_options_show_their_defaults(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--help", "-p", "no:cacheprovider")
+    text = " ".join(result.stdout.str().split())
+    for option, default in (
+        ("--bi-target", "(default: the profile's, cpu for ci/cpu/dev)"),
+        ("--bi-strategies", "(default: the profile's strategies/<profile>.toml)"),
+        ("--bi-allow-missing", "(default: off"),
+        ("--bi-report", "(default: none written)"),
+        ("--bi-regressions", "(default: none)"),
+    ):
+        start = text.index(option)
+        assert default in text[start : start + 300], f"{option} help lacks {default!r}"
