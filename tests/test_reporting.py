@@ -374,3 +374,41 @@ def test_a_blind_control_is_flagged_in_every_report(tmp_path: Path, strict: bool
     assert flag is not None and flag.get("message").startswith("NO VARIANCE SEEN")
     # A finding of kind internal (a bug of bi_props) is a JUnit error, not a failure.
     assert root.get("errors") == "1"
+
+
+def test_both_reports_open_with_a_verdict_then_findings_then_controls(campaign_dir: Path) -> None:
+    write_reports(campaign_dir, plots=False)
+    expected = (
+        "Ran 5 of 6 cells (400 examples) on lib. FAILED: 3 open finding(s) "
+        "(mm batch_invariance [enabled], mm reference [enabled], mm parity [both]). "
+        "not judged: 1 cell(s) not run (budget spent or target not started); "
+        "1 op(s) not claimed by the target."
+    )
+    md = (campaign_dir / "report.md").read_text()
+    html = (campaign_dir / "report.html").read_text()
+    assert md.splitlines()[2] == f"**Verdict.** {expected}", md[:600]
+    assert f"<b>Verdict.</b> {expected}</p>" in html
+    for text, order in (
+        (md, ("**Verdict.**", "## Findings", "## Negative controls", "## Run", "## Cells")),
+        (html, ("Verdict.", "<h2>Findings", "<h2>Negative controls", "<h2>Run", "<h2>Cells")),
+    ):
+        positions = [text.index(heading) for heading in order]
+        assert positions == sorted(positions), f"sections out of order: {order} at {positions}"
+
+
+def test_empty_sections_say_why(tmp_path: Path) -> None:
+    report = {"target": "cpu", "profile": "cpu", "examples": 0, "findings": [], "controls": []}
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    write_reports(tmp_path)
+    md = (tmp_path / "report.md").read_text()
+    html = (tmp_path / "report.html").read_text()
+    assert "None: no property failed in 0 examples." in md and "None: no property failed" in html
+    assert "None ran: the campaign reached no switch-off" in md
+    assert "None ran: the campaign reached no switch-off" in html
+    assert "No coverage lines: no example was recorded" in md
+    assert "No coverage lines: no example was recorded" in html
+    assert "Empty: no example ran and nothing failed" in html  # the shape-space section
+    assert (
+        "Ran 0 of 0 cells (0 examples) on cpu. no open findings. not judged: nothing ran, so "
+        "nothing was judged." in md
+    )

@@ -20,20 +20,69 @@ from pathlib import Path
 from .profiles import DEFAULT_TARGETS
 
 
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Keeps the epilog's example lines as written and appends each option's default, so that
+    ``--help`` teaches what a bare command does. Defaults that say nothing (None, False) and
+    help texts that already name their default are left alone."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        default = action.default
+        if (
+            "default" in text
+            or default is None
+            or default is False
+            or default is argparse.SUPPRESS
+            or action.option_strings == []
+        ):
+            return text
+        return f"{text} (default: %(default)s)" if text else "(default: %(default)s)"
+
+
+def _examples(*lines: str) -> str:
+    return "examples:\n" + "\n".join(f"  {line}" for line in lines)
+
+
+_FUZZ_EXAMPLES = _examples(
+    "bi-props fuzz --target cpu --budget 60 --out bi_props-out   # the built-in CPU target",
+    "bi-props fuzz --target my_kernels --ops mm,softmax --budget 600 --seed 7",
+)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="bi-props",
         description="Property-based differential tester for batch-invariant kernels",
+        formatter_class=_HelpFormatter,
+        epilog=_examples(
+            "bi-props fuzz --target cpu --budget 60      # a one-minute campaign",
+            "bi-props report bi_props-out               # re-render its reports",
+            "bi-props fuzz --help                       # options and their defaults",
+        ),
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    fuzz = sub.add_parser("fuzz", help="run every property on a target within a time budget")
+    fuzz = sub.add_parser(
+        "fuzz",
+        help="run every property on a target within a time budget",
+        description="Run every property on a target within a time budget; findings, negative "
+        "controls and coverage go to DIR/report.json, report.md, report.html and junit.xml.",
+        formatter_class=_HelpFormatter,
+        epilog=_FUZZ_EXAMPLES,
+    )
     fuzz.add_argument(
         "--target",
         action="append",
         default=None,
-        help="cpu, vllm, ascend, or some.module[:attr]; repeat for several (budget split fairly)",
+        help="cpu, vllm, ascend, or some.module[:attr]; repeat for several (budget split fairly) "
+        "(default: the profile's target, cpu for the cpu profile)",
     )
-    fuzz.add_argument("--budget", type=float, default=60.0, metavar="SECONDS")
+    fuzz.add_argument(
+        "--budget",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="wall-clock budget of the whole campaign",
+    )
     fuzz.add_argument(
         "--control-share",
         type=float,
@@ -43,7 +92,13 @@ def _parser() -> argparse.ArgumentParser:
         "[runner] control_share, 0.15)",
     )
     _switch_option(fuzz)
-    fuzz.add_argument("--out", type=Path, default=Path("bi_props-out"), metavar="DIR")
+    fuzz.add_argument(
+        "--out",
+        type=Path,
+        default=Path("bi_props-out"),
+        metavar="DIR",
+        help="output directory (report.json, report.md, report.html, repro/)",
+    )
     fuzz.add_argument(
         "--strict-controls",
         action="store_true",
@@ -51,7 +106,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     fuzz.add_argument("--ops", default=None, help="comma-separated catalogue ops (default: all)")
     fuzz.add_argument("--profile", default="cpu", help="bundled search space to use")
-    fuzz.add_argument("--strategies", type=Path, default=None, help="a search-space TOML file")
+    fuzz.add_argument(
+        "--strategies",
+        type=Path,
+        default=None,
+        help="a search-space TOML file (default: strategies/<profile>.toml)",
+    )
     fuzz.add_argument(
         "--known",
         type=Path,
@@ -96,24 +156,49 @@ def _parser() -> argparse.ArgumentParser:
         help="what one actor reserves: a GPU (cuda), {'NPU': 1} (npu) or a CPU; auto: vllm -> "
         "cuda, ascend -> npu, others -> cpu",
     )
-    doctor = sub.add_parser("doctor", help="what a target needs and what is here")
-    doctor.add_argument("--target", default="cpu")
+    doctor = sub.add_parser(
+        "doctor",
+        help="what a target needs and what is here",
+        description="What a target needs and what is here, from a dry run of its switch in two "
+        "real workers; exits non-zero when the target cannot run.",
+        formatter_class=_HelpFormatter,
+        epilog=_examples("bi-props doctor --target ascend", "bi-props doctor --switch verl"),
+    )
+    doctor.add_argument("--target", default="cpu", help="cpu, vllm, ascend, or some.module")
     _switch_option(doctor)
     repro = sub.add_parser(
-        "repro", help="re-run a finding in a fresh process: a reproducer script or report.json"
+        "repro",
+        help="re-run a finding in a fresh process: a reproducer script or report.json",
+        description="Re-run a finding in a fresh process; exit 1 = it still reproduces.",
+        formatter_class=_HelpFormatter,
+        epilog=_examples(
+            "bi-props repro bi_props-out/report.json --index 0",
+            "bi-props repro bi_props-out/report.json --index 0 --issue > issue.md",
+        ),
     )
     repro.add_argument("finding", type=Path, help="a reproducer .py, or a report.json")
     repro.add_argument("--index", type=int, default=0, help="which finding of a report.json")
     repro.add_argument("--issue", action="store_true", help="print a Markdown bug report")
     promote = sub.add_parser(
-        "promote", help="append a finding to a regressions file the suite always runs first"
+        "promote",
+        help="append a finding to a regressions file the suite always runs first",
+        description="Append a finding to a regressions file the suite always runs first.",
+        formatter_class=_HelpFormatter,
+        epilog=_examples(
+            "bi-props promote bi_props-out/report.json --index 0 --to regressions.toml",
+            "pytest --hypothesis-profile=ci --bi-regressions regressions.toml",
+        ),
     )
     promote.add_argument("report", type=Path, help="a report.json")
-    promote.add_argument("--index", type=int, default=0)
+    promote.add_argument("--index", type=int, default=0, help="which finding of the report")
     promote.add_argument("--to", type=Path, required=True, metavar="REGRESSIONS_TOML")
-    promote.add_argument("--note", default="")
+    promote.add_argument("--note", default="", help="a note stored with the case")
     report = sub.add_parser(
-        "report", help="render report.md, junit.xml and report.html from a fuzz output directory"
+        "report",
+        help="render report.md, junit.xml and report.html from a fuzz output directory",
+        description="Render report.md, junit.xml and report.html from a fuzz output directory.",
+        formatter_class=_HelpFormatter,
+        epilog=_examples("bi-props report bi_props-out", "bi-props report bi_props-out --no-plots"),
     )
     report.add_argument("dir", type=Path, metavar="DIR", help="the --out of a bi-props fuzz run")
     report.add_argument(

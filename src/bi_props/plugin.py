@@ -23,13 +23,14 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--bi-target",
         default=None,
-        help="system under test: cpu, vllm, ascend, or some.module[:attr]; default: the profile's",
+        help="system under test: cpu, vllm, ascend, or some.module[:attr] (default: the "
+        "profile's, cpu for ci/cpu/dev)",
     )
     group.addoption(
         "--bi-switch",
         default=None,
         choices=("env", "verl"),
-        help="who turns the switch: env (VLLM_BATCH_INVARIANT set by bi_props; the default) or "
+        help="who turns the switch: env (VLLM_BATCH_INVARIANT set by bi_props; default) or "
         "verl (verl's own code, from rollout.full_determinism; targets cpu, vllm, vllm-engine, "
         "ascend)",
     )
@@ -37,26 +38,27 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--bi-strategies",
         default=None,
         metavar="PATH",
-        help="search-space TOML file; default: the profile's strategies/<profile>.toml",
+        help="search-space TOML file (default: the profile's strategies/<profile>.toml)",
     )
     group.addoption(
         "--bi-allow-missing",
         action="store_true",
         default=False,
-        help="skip (loudly) instead of failing when the target's stack is missing",
+        help="skip (loudly) instead of failing when the target's stack is missing (default: "
+        "off: a missing stack fails the session at collection)",
     )
     group.addoption(
         "--bi-report",
         default=None,
         metavar="PATH",
-        help="write findings and negative controls as JSON to PATH",
+        help="write findings and negative controls as JSON to PATH (default: none written)",
     )
     group.addoption(
         "--bi-known",
         default=None,
         metavar="PATH",
         help="known-failures TOML: matching failures are reported as xfail (known), and listed "
-        "cases that pass again as fixed",
+        "cases that pass again as fixed (default: none)",
     )
     group.addoption(
         "--bi-strict-controls",
@@ -69,7 +71,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--bi-regressions",
         default=None,
         metavar="PATH",
-        help="regression cases TOML, run first (test_regression)",
+        help="regression cases TOML, run first (test_regression) (default: none)",
     )
 
 
@@ -248,6 +250,7 @@ def pytest_collection_modifyitems(
     regression = [i for i in items if getattr(i, "originalname", "") == "test_regression"]
     if not state.regressions:  # no regressions file: nothing to run, say so as 'deselected'
         if regression:
+            config.stash[_DESELECTED_REGRESSIONS] = len(regression)
             config.hook.pytest_deselected(items=regression)
             items[:] = [i for i in items if i not in regression]
     else:  # promoted regression cases run before anything is generated
@@ -311,6 +314,7 @@ def bi_props_session(request: pytest.FixtureRequest):
 
 _FINDINGS_AT = pytest.StashKey[int]()
 _SKIPPED_AT = pytest.StashKey[dict]()
+_DESELECTED_REGRESSIONS = pytest.StashKey[int]()
 
 
 @pytest.hookimpl(wrapper=True)
@@ -398,6 +402,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     if state is None:
         return
     tr = terminalreporter
+    deselected = config.stash.get(_DESELECTED_REGRESSIONS, 0)
+    if deselected:
+        tr.line(
+            f"bi_props: {deselected} deselected: test_regression, no --bi-regressions file given "
+            "(promoted cases run first when one is)"
+        )
     if state.missing:
         tr.section("bi_props: NOT RUN ON THE INTENDED HARDWARE", sep="!", red=True, bold=True)
         tr.line(f"{state.skipped} property tests did not run: {state.missing}", red=True, bold=True)

@@ -8,6 +8,7 @@ from html import escape
 
 from .data import BLIND_CONTROL, ReportData, blind_controls, cell_name, fresh_process, round_counts
 from .markdown import first_line
+from .verdict import verdict_line
 
 CSS = """
 body { font-family: system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
@@ -15,7 +16,10 @@ table { border-collapse: collapse; margin: 0.5em 0 1.5em; font-size: 0.9em; }
 th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; vertical-align: top; }
 th { background: #f2f2f2; }
 pre { background: #f7f7f7; padding: 0.6em; overflow-x: auto; font-size: 0.85em; }
-.status { font-weight: bold; padding: 0 0.4em; border-radius: 3px; color: white; }
+.status { font-weight: bold; padding: 0 0.4em; border-radius: 3px; color: white;
+  background: #455a64; }
+.complete { background: #2e7d32; }
+.incomplete, .interrupted { background: #ef6c00; }
 .new, .regression, .still-failing { background: #c62828; }
 .not-seen-this-run { background: #ef6c00; }
 .known { background: #6d4c41; }
@@ -32,7 +36,7 @@ def _badge(status: str) -> str:
 
 def _img(png: bytes | None, alt: str) -> str:
     if not png:
-        return f"<p><em>{escape(alt)}: nothing to plot.</em></p>"
+        return f"<p><em>{escape(alt)}: nothing to plot (no example recorded for it).</em></p>"
     encoded = base64.b64encode(png).decode("ascii")
     return f'<img alt="{escape(alt)}" src="data:image/png;base64,{encoded}">'
 
@@ -53,6 +57,7 @@ def render(data: ReportData, plots: bool = True) -> str:
     failing = [s for s in data.statuses if s.failing]
     title = f"bi_props campaign: {', '.join(data.targets)}"
     parts.append(f"<h1>{escape(title)}</h1>")
+    parts.append(f'<p class="verdict"><b>Verdict.</b> {escape(verdict_line(data))}</p>')
     summary = [
         ["status", _badge(str(r.get("status", "not recorded")))],
         ["targets", escape(", ".join(data.targets))],
@@ -78,11 +83,13 @@ def render(data: ReportData, plots: bool = True) -> str:
         summary.append(["throughput (cells)", escape(f"{rate:.1f} examples/s")])
     if campaign.get("interrupted"):
         summary.append(["interrupted", "yes: the report holds everything found until then"])
-    parts.append(_table(["", ""], summary, raw=True))
+    run_table = ["<h2>Run</h2>", _table(["", ""], summary, raw=True)]
 
     parts.append("<h2>Findings</h2>")
     if not data.statuses:
-        parts.append("<p>None.</p>")
+        parts.append(
+            f"<p>None: no property failed in {escape(str(r.get('examples', 0)))} examples.</p>"
+        )
     for i, s in enumerate(data.statuses, 1):
         f = s.finding
         parts.append(
@@ -98,6 +105,7 @@ def render(data: ReportData, plots: bool = True) -> str:
             f"<pre>{escape(str(f.get('message', '')))}</pre>"
         )
 
+    plot_parts: list[str] = []  # shown after the findings and the controls
     if plots:
         try:
             import matplotlib  # noqa: F401  (the `report` extra)
@@ -105,19 +113,24 @@ def render(data: ReportData, plots: bool = True) -> str:
             from . import plots as p
         except ImportError:  # pragma: no cover - matplotlib is the `report` extra
             p = None
-            parts.append(
+            plot_parts.append(
                 "<p><em>Plots need matplotlib: <code>pip install 'bi_props[report]'</code>, "
                 "then <code>bi-props report DIR</code>.</em></p>"
             )
         if p is not None:
-            parts.append("<h2>Shape space: where each op failed or stayed invariant</h2>")
+            plot_parts.append("<h2>Shape space: where each op failed or stayed invariant</h2>")
             ops = sorted(data.points) or sorted({s.finding.get("op") for s in data.statuses})
+            if not ops:
+                plot_parts.append(
+                    "<p><em>Empty: no example ran and nothing failed, so there is no shape to "
+                    "place.</em></p>"
+                )
             for op in ops:
-                parts.append(_img(p.shape_space(data, op), f"shape space of {op}"))
-            parts.append("<h2>ULP distances</h2>")
-            parts.append(_img(p.ulp_histogram(data), "ULP distances"))
-            parts.append("<h2>Examples per cell</h2>")
-            parts.append(_img(p.coverage_chart(data), "examples per cell"))
+                plot_parts.append(_img(p.shape_space(data, op), f"shape space of {op}"))
+            plot_parts.append("<h2>ULP distances</h2>")
+            plot_parts.append(_img(p.ulp_histogram(data), "ULP distances"))
+            plot_parts.append("<h2>Examples per cell</h2>")
+            plot_parts.append(_img(p.coverage_chart(data), "examples per cell"))
 
     parts.append("<h2>Negative controls (switch off)</h2>")
     controls = r.get("controls") or []
@@ -143,8 +156,11 @@ def render(data: ReportData, plots: bool = True) -> str:
             ],
         )
         if controls
-        else "<p>None ran.</p>"
+        else "<p>None ran: the campaign reached no switch-off batch-invariance cell.</p>"
     )
+    parts.extend(run_table)
+    parts.extend(plot_parts)
+
     if r.get("not_covered"):
         parts.append("<h2>Not covered by the target</h2>")
         parts.append(
@@ -257,7 +273,8 @@ def render(data: ReportData, plots: bool = True) -> str:
         )
         + "</div>"
         if rows
-        else "<p>No coverage lines.</p>"
+        else "<p>No coverage lines: no example was recorded (no cell ran, or examples.jsonl "
+        "is missing).</p>"
     )
     if rounds:
         parts.append("<h2>Rounds</h2>")

@@ -11,6 +11,7 @@ from .data import (
     round_counts,
     unclaimed_text,
 )
+from .verdict import verdict_line
 
 MAX_COVERAGE_ROWS = 200
 
@@ -54,48 +55,49 @@ def render(data: ReportData) -> str:
     if not_run:
         verdict += f"; {not_run} of {campaign.get('cells_total', '?')} cells not run"
     out.append(f"# bi_props campaign: {', '.join(data.targets)} ({verdict})\n")
-    out.append("| | |\n| --- | --- |")
+    out.append(f"**Verdict.** {verdict_line(data)}\n")
+    run: list[str] = []  # the run's facts: after the findings and the controls
+    run.append("## Run\n")
+    run.append("| | |\n| --- | --- |")
     if r.get("status"):
-        out.append(f"| status | **{_cell(r['status'])}** |")
-    out.append(f"| targets | {_cell(', '.join(data.targets))} |")
-    out.append(f"| profile | {_cell(r.get('profile'))} (`{_cell(r.get('strategies'))}`) |")
+        run.append(f"| status | **{_cell(r['status'])}** |")
+    run.append(f"| targets | {_cell(', '.join(data.targets))} |")
+    run.append(f"| profile | {_cell(r.get('profile'))} (`{_cell(r.get('strategies'))}`) |")
     if "seed" in r:
-        out.append(f"| campaign seed | `{r['seed']}` (replay: `--seed {r['seed']}`) |")
+        run.append(f"| campaign seed | `{r['seed']}` (replay: `--seed {r['seed']}`) |")
     rounds = r.get("rounds") or []
     if rounds:
         this_run, total = round_counts(rounds, campaign.get("run"))
-        out.append(f"| rounds | {this_run} this run, {total} in the campaign |")
+        run.append(f"| rounds | {this_run} this run, {total} in the campaign |")
     runs = campaign.get("runs") or []
     if runs:
-        out.append(f"| runs | {len(runs)} (resumed: {campaign.get('resumed', False)}) |")
-    out.append(
+        run.append(f"| runs | {len(runs)} (resumed: {campaign.get('resumed', False)}) |")
+    run.append(
         f"| examples | {r.get('examples_this_run', r.get('examples', 0))} this run, "
         f"{r.get('examples', 0)} in the campaign |"
     )
-    out.append(f"| elapsed | {r.get('elapsed_s', 0):.0f} s |")
+    run.append(f"| elapsed | {r.get('elapsed_s', 0):.0f} s |")
     if throughput.get("examples_per_s"):
-        out.append(f"| throughput (cells) | {throughput['examples_per_s']:.1f} examples/s |")
-    if r.get("status"):
-        out.append(f"| status | {_cell(r['status'])} |")
+        run.append(f"| throughput (cells) | {throughput['examples_per_s']:.1f} examples/s |")
     if campaign.get("overrun_s"):
-        out.append(f"| past the budget | {campaign['overrun_s']:.1f} s |")
+        run.append(f"| past the budget | {campaign['overrun_s']:.1f} s |")
     time_split = campaign.get("time") or {}
     if time_split.get("shares"):
         shares = ", ".join(
             f"{k} {100 * (v or 0):.0f}% ({time_split['seconds'][k]:.1f} s)"
             for k, v in time_split["shares"].items()
         )
-        out.append(f"| time | {_cell(shares)} |")
+        run.append(f"| time | {_cell(shares)} |")
     turns = campaign.get("turns") or []
     if turns:
-        out.append(f"| turns | {_cell(turn_rates(turns))} |")
+        run.append(f"| turns | {_cell(turn_rates(turns))} |")
     if campaign.get("interrupted"):
-        out.append("| interrupted | yes (the report holds everything found until then) |")
-    out.append("")
+        run.append("| interrupted | yes (the report holds everything found until then) |")
+    run.append("")
 
     out.append("## Findings\n")
     if not data.statuses:
-        out.append("None.\n")
+        out.append(f"None: no property failed in {r.get('examples', 0)} examples.\n")
     else:
         out.append("| status | target | cell | kind | fresh process | summary |")
         out.append("| --- | --- | --- | --- | --- | --- |")
@@ -128,7 +130,7 @@ def render(data: ReportData) -> str:
         strict = " (--strict-controls: the run fails)" if r.get("strict_controls") else ""
         out.append(f"**{len(blind)} blind control(s){strict}.** {BLIND_CONTROL}.\n")
     if not controls:
-        out.append("None ran.\n")
+        out.append("None ran: the campaign reached no switch-off batch-invariance cell.\n")
     else:
         out.append(
             "| target | op | property | state | variance seen | smallest case / note | shrink |"
@@ -149,6 +151,8 @@ def render(data: ReportData) -> str:
         verdict = {True: "holds", False: "**fails**", None: ""}[switching.get("ok")]
         text = verdict or first_line(switching.get("message"))
         out.append(f"Switching (the switch as state, `switching`): {_cell(text)}\n")
+
+    out.extend(run)
 
     if r.get("not_covered"):
         out.append("## Not covered by the target\n")
@@ -201,7 +205,10 @@ def render(data: ReportData) -> str:
     out.append(f"## Coverage ({data.lines} examples recorded in examples.jsonl)\n")
     rows = sorted(data.coverage.values(), key=lambda row: -row.total)
     if not rows:
-        out.append("No coverage lines.\n")
+        out.append(
+            "No coverage lines: no example was recorded (no cell ran, or examples.jsonl is "
+            "missing).\n"
+        )
     else:
         out.append(
             "| target | op | property | switch | dtype | layouts | shape bucket | examples "

@@ -1,0 +1,47 @@
+"""The one-line verdict both reports open with: what ran, what failed, what could not be judged
+and why. A reader decides from this line whether to read on, so it never hides a gap: cells not
+run, unobservable routing, blind controls and unclaimed ops are counted in it."""
+
+from __future__ import annotations
+
+from .data import ReportData, blind_controls, cell_name
+
+MAX_NAMED = 3
+
+
+def verdict_line(data: ReportData) -> str:
+    r = data.report
+    campaign = r.get("campaign") or {}
+    total = campaign.get("cells_total") or len(data.cells)
+    ran = sum(1 for c in data.cells if c.get("examples"))
+    examples = r.get("examples_this_run", r.get("examples", 0))
+    parts = [f"Ran {ran} of {total} cells ({examples} examples) on {', '.join(data.targets)}"]
+    failing = [s for s in data.statuses if s.failing]
+    if failing:
+        names = [
+            cell_name(s.finding.get("op"), s.finding.get("property"), s.finding.get("switch"))
+            for s in failing[:MAX_NAMED]
+        ]
+        more = ", ..." if len(failing) > MAX_NAMED else ""
+        parts.append(f"FAILED: {len(failing)} open finding(s) ({', '.join(names)}{more})")
+    else:
+        parts.append("no open findings")
+    unjudged = []
+    if ran == 0 and not data.statuses:
+        unjudged.append("nothing ran, so nothing was judged")
+    if total and ran < total:
+        unjudged.append(f"{total - ran} cell(s) not run (budget spent or target not started)")
+    if r.get("routing_not_observable"):
+        unjudged.append(
+            f"{len(r['routing_not_observable'])} routing cell(s) not observable on this target"
+        )
+    blind = blind_controls(r)
+    if blind:
+        unjudged.append(f"{len(blind)} negative control(s) blind (saw no batch variance)")
+    if r.get("not_covered"):
+        unjudged.append(f"{len(r['not_covered'])} op(s) not claimed by the target")
+    parts.append("not judged: " + "; ".join(unjudged) if unjudged else "nothing left unjudged")
+    line = ". ".join(parts) + "."
+    if r.get("status") == "incomplete":
+        line = "INCOMPLETE, no verdict (no enabled-state cell ran). " + line
+    return line
