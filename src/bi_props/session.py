@@ -371,7 +371,7 @@ class Session:
         op, prop, switch, case = failure.op, failure.prop, failure.switch, failure.case
         if confirm:
             reproduced, confirmation = self._reproduces_fresh(
-                op, prop, switch, case, confirm_kind or failure.kind
+                op, prop, switch, case, confirm_kind or failure.kind, failure.error_type
             )
         else:
             reproduced, confirmation = None, "not confirmed: not re-run in a fresh process"
@@ -402,13 +402,22 @@ class Session:
         self.record(finding)
 
     def _reproduces_fresh(
-        self, op: str, prop: str, switch: str, case: Case, kind: str
+        self,
+        op: str,
+        prop: str,
+        switch: str,
+        case: Case,
+        kind: str,
+        error_type: str | None = None,
     ) -> tuple[bool | None, str]:
         """(reproduced, why): True only for the same property failing with the same ``kind``;
-        None when the fresh worker could not start (nothing was observed)."""
+        None when the fresh worker could not start (nothing was observed), unless not starting
+        was the finding itself (a target that breaks when switched): then it reproduces."""
         try:
             verdict = self.judge(op, prop, switch, case, fresh=True)
         except WorkerStartFailure as exc:
+            if error_type == WorkerStartFailure.__name__ and kind == exc.kind:
+                return True, f"reproduced: a fresh worker did not start either: {_first_line(exc)}"
             return None, f"not confirmed: the fresh worker did not start: {_first_line(exc)}"
         except ConfirmationCut as exc:
             return None, f"not confirmed: the fresh worker's example was {_first_line(exc)}"

