@@ -610,6 +610,11 @@ entries = {
     "F.linear 3-D": (lambda: F.linear(A, W), "mm", lambda: L.mm(flat, W.t()).reshape(2, 5, 3)),
     # A non-contiguous input with a bias: aten's composite would add the bias after rounding
     # the product to bf16 (a second rounding); the kernels add it in float32 first.
+    "F.linear K=0 bias": (
+        lambda: F.linear(r(2, 3, 0), r(4, 0), bias[:1].expand(4).clone()),
+        "addmm",
+        lambda: L.addmm(bias[:1].expand(4).clone(), r(6, 0), r(4, 0).t()).reshape(2, 3, 4),
+    ),
     "F.linear 3-D bias bf16 strided": (
         lambda: F.linear(Xt, Wb, bb),
         "addmm",

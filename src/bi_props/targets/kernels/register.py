@@ -13,6 +13,7 @@ forward-only once installed (inputs may require grad; PyTorch warns if one backp
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -134,7 +135,8 @@ def _linear() -> Callable[..., Any]:
         (addmm on the rows flattened); without a bias, matmul (routed to mm/bmm/mv)."""
         if bias is None or input.dim() == 0:
             return torch.matmul(input, weight.t())
-        rows = input.reshape(-1, input.shape[-1])
+        leading = math.prod(input.shape[:-1])  # explicit: -1 is ambiguous when K = 0
+        rows = input if input.dim() == 2 else input.reshape(leading, input.shape[-1])
         out = torch.addmm(bias, rows, weight.t())  # aten's autograd formula, then the kernel
         return out.reshape(*input.shape[:-1], weight.shape[0])
 
