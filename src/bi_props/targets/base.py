@@ -88,8 +88,12 @@ class Target:
         """The internal (accumulation) precision of ``op``'s kernels in this process' switch
         state: "float32", "bfloat16", "float16" or "output" (the output's own dtype). The
         reference bound is computed for it, and exactness is claimed only within its range.
-        Batch-invariant kernels compute in float32: that is the default."""
-        return "float32"
+        Batch-invariant kernels compute in float32: that is the default for the ops the target
+        claims while its kernels are active; everything else runs stock PyTorch, which declares
+        what it really does on this device (``stock_precision``)."""
+        if self.switch_state().get("active") and op in self.covered():
+            return "float32"
+        return stock_precision(self.device, op)
 
     def environment(self) -> dict[str, str]:
         """Versions and capabilities recorded in every report."""
