@@ -440,9 +440,11 @@ class Campaign:
     def wait(self) -> tuple[int, str, Path]:
         if self.log is None:
             try:
-                self.log, _ = self.process.communicate(timeout=self.budget + 240)
+                self.process.wait(timeout=self.budget + 240)
             finally:
                 self.process.kill()
+                self.process.wait()
+            self.log = (self.out.parent / f"{self.out.name}.log").read_text()
         return self.process.returncode, self.log, self.out
 
 
@@ -466,14 +468,18 @@ def fuzz_campaigns(request, tmp_path_factory) -> Iterator[dict[str, Campaign]]:
         out = root / target
         args = ["fuzz", "--target", target, "--budget", str(budget), "--out", str(out)]
         args += ["--ops", "mm", "--strategies", str(space)]
-        process = subprocess.Popen(
-            [*command, *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=env,
-            cwd=root,
-        )
+        # The campaign's console goes to a file, not a pipe: nobody reads a pipe until the fuzz
+        # tests run, and a full pipe (64 KiB: a few hundred turns' progress lines) would block
+        # the campaign on a print and make it overrun its budget.
+        with (root / f"{target}.log").open("w") as console:
+            process = subprocess.Popen(
+                [*command, *args],
+                stdout=console,
+                stderr=subprocess.STDOUT,
+                text=True,
+                env=env,
+                cwd=root,
+            )
         campaigns[target] = Campaign(process, out, budget)
     try:
         yield campaigns
