@@ -17,6 +17,7 @@ from bi_props.runner.controller import (
     ConfirmationCut,
     InternalError,
     WorkerCrash,
+    WorkerHang,
     WorkerStartFailure,
 )
 from bi_props.session import Failure, Session
@@ -55,6 +56,29 @@ def test_a_failure_that_does_not_replay_is_a_flaky_finding() -> None:
     assert "replay of the same case in the same worker: passed" in finding.message
     # The fresh worker saw the first observation again: the same property and the first kind.
     assert finding.reproduced_in_fresh_process is True
+
+
+def test_a_case_that_fails_differently_on_replay_is_no_flaky_finding() -> None:
+    """Hypothesis raises Flaky also when the same case fails with another error on replay (a
+    crash, then a timeout while the replacement worker starts on a loaded machine: the CI run
+    of 2026-12-01 saw planted_crash and planted_hang come out ``flaky``). The case never
+    passed, so neither failure is evidence of nondeterminism: both are ordinary findings."""
+    seen: set = set()
+
+    def judge(case: Case, fresh: bool) -> Verdict:
+        if case.shape[0] < 8:
+            return Verdict(True)
+        if case in seen:
+            raise WorkerHang("no answer within 3 s")
+        seen.add(case)
+        raise WorkerCrash("the process died (SIGSEGV)")
+
+    session = session_judged_by(judge)
+    cell = Cell("mm", "reference", "enabled")
+    run_slice(session, cell, 50, None, seed=1)
+    kinds = sorted(f.kind for f in session.findings)
+    assert "flaky" not in kinds, session.findings
+    assert "crash" in kinds, session.findings
 
 
 def test_a_failure_folded_into_another_while_shrinking_is_no_flaky_finding() -> None:

@@ -201,8 +201,15 @@ def run_slice(
         for signature, failure in smallest.items():
             if signature in replayed:
                 continue
-            if flaky:  # Hypothesis replayed the case and it passed: nondeterministic
+            if flaky and session.passed_again(failure):  # the very case passed when rerun
                 _record_flaky(session, failure)
+            elif flaky:  # failed again, but differently (a crash, then a timeout under load)
+                session.finalize(
+                    failure,
+                    shrink="Hypothesis stopped: the same case failed differently when replayed "
+                    "(e.g. a crash, then a timeout on a loaded machine); the smallest failing "
+                    "case seen, not necessarily minimal",
+                )
             else:  # shrunk away inside another failure of the same origin: still a finding
                 session.finalize(
                     failure,
@@ -220,10 +227,12 @@ def run_slice(
 
 
 def _hypothesis_flaky(exc: BaseException) -> bool:
-    """Whether Hypothesis itself said the failure did not happen again on replay (its Flaky, or
-    an exception group holding one). Only then is an unreplayed failure ``flaky``: a signature
-    Hypothesis folded into another failure of the same origin while shrinking was never replayed
-    and is no evidence of nondeterminism."""
+    """Whether Hypothesis itself said a replay was inconsistent (its Flaky, or an exception
+    group holding one). Necessary, not sufficient, for a ``flaky`` finding: Hypothesis raises it
+    also when the same case fails with another error on replay, and a signature it folded into
+    another failure of the same origin while shrinking was never replayed at all; neither is
+    evidence of nondeterminism. A ``flaky`` finding also needs its very case to have passed when
+    run again (``Session.passed_again``)."""
     from hypothesis.errors import Flaky
 
     if isinstance(exc, Flaky):

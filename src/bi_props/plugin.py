@@ -331,7 +331,8 @@ def pytest_runtest_call(item: pytest.Item):
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     """Known failures by full signature (target, op, property, switch, kind, error type): a
     test whose findings are all known is reported as xfail (known); any other finding fails it.
-    A failure that did not replay (Hypothesis' Flaky) is recorded as a ``flaky`` finding."""
+    A failure whose very case passed when Hypothesis replayed it is a ``flaky`` finding; one
+    that failed differently on replay (also Hypothesis' Flaky) is recorded as it was seen."""
     report = yield
     state = item.config.stash.get(_KEY, None)
     if report.when != "call" or state is None or state._session is None:
@@ -347,10 +348,16 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     if report.failed and call.excinfo is not None and session.last_failure is not None:
         from hypothesis.errors import Flaky
 
-        if call.excinfo.errisinstance(Flaky):
+        if call.excinfo.errisinstance(Flaky) and session.passed_again(session.last_failure):
             from .fuzz import _record_flaky
 
             _record_flaky(session, session.last_failure)
+        elif call.excinfo.errisinstance(Flaky) and not session.recorded(session.last_failure):
+            session.finalize(  # the same case failed differently on replay: a finding as seen
+                session.last_failure,
+                shrink="Hypothesis stopped: the same case failed differently when replayed; "
+                "the last failing case seen, not necessarily minimal",
+            )
     start = item.stash.get(_FINDINGS_AT, len(session.findings))
     found = session.findings[start:]
     if not found and report.passed:

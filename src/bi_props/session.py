@@ -173,6 +173,10 @@ class Session:
     skip_settled: bool = False
     # The `switching` property's verdict (bi_props.switching), judged once at close.
     switching: dict[str, Any] = field(default_factory=dict)
+    # (op, prop, switch, repr(case)) -> the signature that case failed with, until it passes again
+    _failed_cases: dict[tuple, tuple] = field(default_factory=dict, repr=False)
+    # Signatures whose very case passed when it was run again: what makes a failure ``flaky``.
+    _passed_again: set[tuple] = field(default_factory=set, repr=False)
 
     def __repr__(self) -> str:  # Hypothesis prints the fixture in every falsifying example
         return f"<bi_props session: target {self.target!r}, space {self.space.source}>"
@@ -226,7 +230,21 @@ class Session:
 
     def check(self, op: str, prop: str, switch: str, case: Case) -> None:
         """Run one example; raise on failure. On Hypothesis' final replay of the minimal failing
-        example, re-run it in a brand-new worker and record the finding."""
+        example, re-run it in a brand-new worker and record the finding. A case that failed
+        before and passes now is remembered (``passed_again``): the evidence of a flaky one."""
+        self._check(op, prop, switch, case)
+        if self._failed_cases:
+            signature = self._failed_cases.pop((op, prop, switch, repr(case)), None)
+            if signature is not None:
+                self._passed_again.add(signature)
+
+    def passed_again(self, failure: Failure) -> bool:
+        """Whether a case that failed with ``failure``'s signature passed when run again in
+        this session. Hypothesis' Flaky alone is no proof: it is raised as well when the same
+        case fails differently on replay (a crash, then a timeout on a loaded machine)."""
+        return failure.signature() in self._passed_again
+
+    def _check(self, op: str, prop: str, switch: str, case: Case) -> None:
         try:
             verdict = self.judge(op, prop, switch, case)
         except WorkerFailure as failure:
@@ -341,8 +359,7 @@ class Session:
             return False
         cell = (failure.op, failure.prop, failure.switch)
         self.skipped_known[cell] = self.skipped_known.get(cell, 0) + 1
-        full = (self.target, *failure.signature())
-        if not any(f.signature() == full for f in self.findings):
+        if not self.recorded(failure):
             self.finalize(
                 failure,
                 shrink="not shrunk: a known failure, skipped so that the cell keeps exploring",
@@ -354,6 +371,9 @@ class Session:
     def _failed(self, failure: Failure) -> None:
         """Remember the failure; on Hypothesis' final replay (the minimal case) record it."""
         self.last_failure = failure
+        self._failed_cases[(failure.op, failure.prop, failure.switch, repr(failure.case))] = (
+            failure.signature()
+        )
         if is_final_replay():
             self.finalize(failure)
 
@@ -460,6 +480,11 @@ class Session:
             [finding.op, finding.property, finding.switch, finding.kind, str(len(self.findings))]
         )
         return str(repro.write(self.report_path.parent / "repro" / f"{name}.py", text))
+
+    def recorded(self, failure: Failure) -> bool:
+        """Whether a finding with this failure's full signature is recorded already."""
+        full = (self.target, *failure.signature())
+        return any(f.signature() == full for f in self.findings)
 
     def record(self, finding: Finding) -> None:
         """Keep the finding and write the report at once: nothing a long run found is lost."""
