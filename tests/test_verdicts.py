@@ -81,6 +81,31 @@ def test_a_case_that_fails_differently_on_replay_is_no_flaky_finding() -> None:
     assert "crash" in kinds, session.findings
 
 
+def test_only_a_case_that_held_when_run_again_counts_as_passed_again() -> None:
+    """A settled failure skipped on a later run of the same case is no pass (the CI run of
+    2026-12-01 saw planted_hang's K = 7 timeout as ``flaky``: the replay had been skipped as
+    settled), nor is an unobservable verdict; only a property that held is."""
+    import pytest
+
+    from bi_props.session import PropertyFailed
+
+    outcome = {"verdict": Verdict(False, "bits differ", "mismatch")}
+    session = session_judged_by(lambda case, fresh: outcome["verdict"])
+    case = mm_case(8, 3)
+    with pytest.raises(PropertyFailed):
+        session.check("mm", "reference", "enabled", case)
+    failure = session.last_failure
+    session.skip_settled, session.settled = True, lambda signature: True
+    session.check("mm", "reference", "enabled", case)  # skipped: settled
+    assert not session.passed_again(failure)
+    outcome["verdict"] = Verdict(False, "no profiler", "not_observable")
+    session.check("mm", "reference", "enabled", case)
+    assert not session.passed_again(failure)
+    outcome["verdict"] = Verdict(True)
+    session.check("mm", "reference", "enabled", case)
+    assert session.passed_again(failure)
+
+
 def test_a_failure_folded_into_another_while_shrinking_is_no_flaky_finding() -> None:
     """Two signatures with one origin (PropertyFailed from the same line): Hypothesis shrinks
     them as one failure and replays only the last. The other was never replayed, which says

@@ -232,8 +232,7 @@ class Session:
         """Run one example; raise on failure. On Hypothesis' final replay of the minimal failing
         example, re-run it in a brand-new worker and record the finding. A case that failed
         before and passes now is remembered (``passed_again``): the evidence of a flaky one."""
-        self._check(op, prop, switch, case)
-        if self._failed_cases:
+        if self._check(op, prop, switch, case) and self._failed_cases:
             signature = self._failed_cases.pop((op, prop, switch, repr(case)), None)
             if signature is not None:
                 self._passed_again.add(signature)
@@ -244,7 +243,9 @@ class Session:
         case fails differently on replay (a crash, then a timeout on a loaded machine)."""
         return failure.signature() in self._passed_again
 
-    def _check(self, op: str, prop: str, switch: str, case: Case) -> None:
+    def _check(self, op: str, prop: str, switch: str, case: Case) -> bool:
+        """``check``'s work; True only when the property held (a skipped settled failure, an
+        unclaimed or unobservable cell is no pass)."""
         try:
             verdict = self.judge(op, prop, switch, case)
         except WorkerFailure as failure:
@@ -252,7 +253,7 @@ class Session:
             kind, error_type = failure.kind, type(failure).__name__
             found = Failure(op, prop, switch, case, kind, str(failure), error_type)
             if self._skip_settled(found):
-                return
+                return False
             self._failed(found)
             raise
         except Exception as exc:  # InternalError from a worker, or a bug in a judge: ours
@@ -260,27 +261,27 @@ class Session:
             message, error_type = internal_message(exc), type(exc).__name__
             found = Failure(op, prop, switch, case, INTERNAL, message, error_type)
             if self._skip_settled(found):
-                return
+                return False
             self._failed(found)
             raise InternalFailure(f"{prop} [{switch}] on {op}: {found.message}") from exc
         outcome = "ok" if verdict.ok else verdict.kind
         self._note_example(op, prop, switch, case, outcome, coverage_extras(verdict))
         if verdict.kind == "not_covered":
             self.not_covered.setdefault(op, verdict.message)
-            return
+            return False
         if verdict.kind == "not_observable":
             self.unobservable.setdefault((op, switch), verdict.message)
-            return
+            return False
         if switch == "enabled" and not self.covered(op) and not self._promised(prop):
             self._note_unclaimed(op, prop, case, verdict)
             if not verdict.ok:
                 self.not_covered.setdefault(op, f"{prop} fails, but the target does not claim {op}")
-            return
+            return False
         if verdict.ok:
-            return
+            return True
         found = Failure(op, prop, switch, case, verdict.kind, verdict.message, verdict.error_type)
         if self._skip_settled(found):
-            return
+            return False
         self._failed(found)
         raise PropertyFailed(f"{prop} [{switch}] on {op}:\n{verdict.message}")
 
