@@ -105,6 +105,13 @@ def test_fuzz_finds_the_planted_bug(campaigns, library: str) -> None:
     ]
     cells = sorted((f["op"], f["property"], f["switch"]) for f in report["findings"])
     assert found, cells
+    if library in KINDS:
+        # On 2 cores shared by 8 campaigns a plain example can exceed the 3 s example timeout
+        # and pass when replayed: an honest ``flaky`` finding (first run: timeout), noise of the
+        # load, not of the library. Anything else must be the planted kind.
+        noise = [f for f in found if f["kind"] == "flaky" and "failed (timeout)" in f["message"]]
+        found = [f for f in found if f not in noise]
+        assert found and all(f["kind"] == KINDS[library] for f in found), cells
     finding = found[0]
     assert finding["kind"] == KINDS.get(library, finding["kind"])
     assert finding["reproduced_in_fresh_process"] is True
