@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from .catalogue import cells
 from .runner.controller import DeadlineReached
 from .session import (
+    FAILED_DIFFERENTLY,
     FLAKY,
     INTERNAL,
     Failure,
@@ -204,12 +205,8 @@ def run_slice(
             if flaky and session.passed_again(failure):  # the very case passed when rerun
                 _record_flaky(session, failure)
             elif flaky:  # failed again, but differently (a crash, then a timeout under load)
-                session.finalize(
-                    failure,
-                    shrink="Hypothesis stopped: the same case failed differently when replayed "
-                    "(e.g. a crash, then a timeout on a loaded machine); the smallest failing "
-                    "case seen, not necessarily minimal",
-                )
+                if not session.recorded(failure):
+                    session.finalize(failure, shrink=FAILED_DIFFERENTLY)
             else:  # shrunk away inside another failure of the same origin: still a finding
                 session.finalize(
                     failure,

@@ -353,11 +353,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
             _record_flaky(session, session.last_failure)
         elif call.excinfo.errisinstance(Flaky) and not session.recorded(session.last_failure):
-            session.finalize(  # the same case failed differently on replay: a finding as seen
-                session.last_failure,
-                shrink="Hypothesis stopped: the same case failed differently when replayed; "
-                "the last failing case seen, not necessarily minimal",
-            )
+            from .session import FAILED_DIFFERENTLY
+
+            # the same case failed differently on replay: a finding as seen
+            session.finalize(session.last_failure, shrink=FAILED_DIFFERENTLY)
     start = item.stash.get(_FINDINGS_AT, len(session.findings))
     found = session.findings[start:]
     if not found and report.passed:

@@ -40,6 +40,11 @@ FLAKY = "flaky"  # a failure that did not happen again when Hypothesis replayed 
 # report.json's "status": a plain string, set in one place per run (Session.status, or the
 # campaign's Ledger.status). "running" while the run is on; others may add values.
 STATUS_RUNNING = "running"
+# The shrink note of a case Hypothesis stopped on because it failed differently when replayed.
+FAILED_DIFFERENTLY = (
+    "Hypothesis stopped: the same case failed differently when replayed (e.g. a crash, then a "
+    "timeout on a loaded machine); the smallest failing case seen, not necessarily minimal"
+)
 STATUS_COMPLETE = "complete"
 STATUS_INTERRUPTED = "interrupted"
 STATUS_INTERNAL = "internal error"
