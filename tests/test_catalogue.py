@@ -552,7 +552,9 @@ def test_exact_class_survives_sixteen_bit_intermediates(op):
 @pytest.mark.parametrize("op", ["mm", "matmul", "bmm", "addmm", "linear", "sum", "mean"])
 def test_stock_torch_is_exact_on_exact_inputs(op):
     """Stock torch's CPU kernels on exact inputs give the reference rounded once (up to the sign
-    of a zero), in every dtype: in 16 bits too, beyond the output's own exact-integer range."""
+    of a zero) wherever their declared precision makes the reference bitwise, and stay within
+    the bound elsewhere: stock bf16 ``linear`` with a bias rounds the product to bf16 before it
+    adds the bias (declared "output"; e.g. -260 for -258 at K = 24), which only a bound admits."""
 
     @settings(max_examples=15, **CHEAP)
     @given(cases(EXACT, op, "reference"))
@@ -560,6 +562,12 @@ def test_stock_torch_is_exact_on_exact_inputs(op):
         assume(case.values == "exact")
         _, outputs, refs = _run(case)
         for out, ref in zip(outputs, refs, strict=True):
+            if ref.tolerance is not None:
+                mismatch = compare_to_reference(
+                    _bits(out), ref.value, ref.tolerance, ref.dtype, "x"
+                )
+                assert mismatch is None, f"{case!r}\n{mismatch}"
+                continue
             got = bits_to_float64(_bits(out), ref.dtype)
             want = bits_to_float64(round_to_bits(ref.value, ref.dtype), ref.dtype)
             np.testing.assert_array_equal(got, want, err_msg=repr(case))
