@@ -124,3 +124,55 @@ def test_pytest_matches_known_failures_by_full_signature(
         "--bi-known", "known.toml", "-p", "no:cacheprovider", "-k", "batch_invariance-enabled",
     )  # fmt: skip
     result.assert_outcomes(**{outcome: 1})
+
+
+def _blind_campaign(monkeypatch, variance_seen: bool) -> None:
+    """A campaign that ends cleanly (exit 0) with one control whose variance_seen is given."""
+
+    def run(args, space, known, targets) -> int:
+        control = {"op": "mm", "property": "batch_invariance", "variance_seen": variance_seen}
+        (args.out / "report.json").write_text(
+            json.dumps({"target": "cpu", "status": "complete", "controls": [control]})
+        )
+        return 0
+
+    monkeypatch.setattr(cli, "_run_fuzz", run)
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_strict_controls_fail_a_campaign_with_a_blind_control(
+    strict: bool, tmp_path: Path, capsys, monkeypatch
+) -> None:
+    _blind_campaign(monkeypatch, variance_seen=False)
+    flag = ["--strict-controls"] if strict else []
+    code, err = _fuzz(capsys, "--budget", "5", "--out", str(tmp_path / "out"), *flag)
+    if not strict:
+        assert code == 0, err
+        return
+    assert code == 1, err
+    assert "--strict-controls: 1 negative control(s) saw no batch variance" in err
+    assert "cpu mm batch_invariance" in err
+
+
+def test_strict_controls_pass_when_every_control_saw_variance(
+    tmp_path: Path, capsys, monkeypatch
+) -> None:
+    _blind_campaign(monkeypatch, variance_seen=True)
+    code, err = _fuzz(capsys, "--budget", "5", "--out", str(tmp_path / "out"), "--strict-controls")
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_the_suites_control_test_fails_a_blind_control_only_when_strict(strict: bool) -> None:
+    """The property suite's negative-control test (what --bi-strict-controls turns on)."""
+    from types import SimpleNamespace
+
+    from bi_props.suite.test_properties import test_batch_variance_control
+
+    blind = SimpleNamespace(variance_seen=False, message="no violation seen in 200 examples")
+    session = SimpleNamespace(strict_controls=strict, control=lambda op, prop: blind)
+    if not strict:
+        test_batch_variance_control(session, "mm", "batch_invariance", "disabled")
+        return
+    with pytest.raises(pytest.fail.Exception, match=r"blind negative control \(mm batch_inv"):
+        test_batch_variance_control(session, "mm", "batch_invariance", "disabled")

@@ -127,12 +127,14 @@ def test_routing_not_observable_is_recorded_not_passed(monkeypatch):
 
 
 def test_targets_declare_the_promise():
+    from bi_props.targets.ascend import AscendTarget
     from bi_props.targets.cpu import CpuTarget
     from bi_props.targets.module import ModuleTarget
     from bi_props.targets.vllm import VllmTarget
     from bi_props.targets.vllm_engine import VllmEngineTarget
 
     assert VllmTarget().promises_inference() and VllmEngineTarget().promises_inference()
+    assert AscendTarget().promises_inference()  # VLLM_BATCH_INVARIANT=1 on vllm-ascend
     assert not CpuTarget().promises_inference()
     assert not ModuleTarget("planted_correct").promises_inference()
 

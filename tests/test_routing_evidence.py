@@ -156,3 +156,20 @@ def test_fuzz_reports_a_routing_failure_for_a_noop_enable(tmp_path: Path):
     ]
     assert "no evidence that mm reached" in routing[0]["message"]
     assert routing[0]["reproduced_in_fresh_process"] is True
+
+
+def test_a_single_file_module_in_site_packages_owns_only_its_own_file(tmp_path: Path) -> None:
+    """A one-file library installed in site-packages shares that directory with every other
+    library: only registrations from its own file may count as its kernels."""
+    from bi_props.targets.module import registration_root
+
+    shared = tmp_path / "lib" / "python3.11" / "site-packages"
+    package = shared / "mykernels"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (shared / "onefile.py").write_text("")
+    (tmp_path / "planted.py").write_text("")
+    assert registration_root(str(shared / "onefile.py")) == os.path.realpath(shared / "onefile.py")
+    assert registration_root(str(package / "__init__.py")) == os.path.realpath(package)
+    assert registration_root(str(tmp_path / "planted.py")) == os.path.realpath(tmp_path)
+    assert registration_root(None) is None

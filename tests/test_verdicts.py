@@ -147,6 +147,26 @@ def test_an_error_of_bi_props_is_an_internal_finding_and_exit_3() -> None:
     assert Ledger.exit_status(None, report) == 3
 
 
+def test_an_error_outside_any_example_stops_the_cell_loudly_and_exits_3() -> None:
+    """A bug of bi_props before any case reaches the judge (here: drawing the case) records no
+    finding of a case; it is kept as the run's internal error, never a silent retire."""
+    from bi_props.campaign import Ledger
+
+    def broken(_: int) -> Case:
+        raise ZeroDivisionError("a strategy's bug")
+
+    session = session_judged_by(lambda case, fresh: Verdict(True))
+    session.strategy = lambda op, prop: st.integers(0, 3).map(broken)
+    cell = Cell("mm", "reference", "enabled")
+    run_slice(session, cell, 20, None, seed=1)
+    assert cell.done and session.findings == []
+    [error] = session.internal_errors
+    assert error.startswith("mm reference [enabled]: the search stopped"), error
+    assert "ZeroDivisionError" in error and "bug of bi_props" in error
+    assert session.status == "internal error"
+    assert Ledger.exit_status(None, {"findings": [], "status": session.status}) == 3
+
+
 def test_an_internal_error_from_the_worker_is_an_internal_finding() -> None:
     def judge(case: Case, fresh: bool) -> Verdict:
         raise InternalError("worker: bi_props failed")
@@ -227,6 +247,26 @@ def test_a_fresh_process_confirms_only_the_same_property_and_kind() -> None:
     assert finding.reproduced_in_fresh_process is True, finding.confirmation
     state, why = _confirm(ConfirmationCut("cut after 5.0 s at the campaign's end"))
     assert state is None and why.startswith("not confirmed: the fresh worker's example was cut")
+
+
+def test_an_error_is_confirmed_only_by_the_same_exception_type() -> None:
+    """A ValueError finding is not 'reproduced' by a fresh worker raising a RuntimeError."""
+
+    def judged(fresh_type: str):
+        def judge(case: Case, fresh: bool) -> Verdict:
+            return Verdict(False, "raised", "error", "ValueError" if not fresh else fresh_type)
+
+        session = session_judged_by(judge)
+        failure = Failure("mm", "reference", "enabled", mm_case(3, 3), "error", "x", "ValueError")
+        session.finalize(failure)
+        [finding] = session.findings
+        return finding.reproduced_in_fresh_process, finding.confirmation
+
+    assert judged("ValueError")[0] is True
+    assert judged("RuntimeError") == (
+        False,
+        "not reproduced: a fresh worker raised RuntimeError, not ValueError",
+    )
 
 
 def test_a_kernel_right_only_when_replayed_is_a_flaky_finding(monkeypatch) -> None:

@@ -436,7 +436,8 @@ class Session:
         kind: str,
         error_type: str | None = None,
     ) -> tuple[bool | None, str]:
-        """(reproduced, why): True only for the same property failing with the same ``kind``;
+        """(reproduced, why): True only for the same property failing with the same ``kind``
+        (and, for an error, the same exception type where both name one);
         None when the fresh worker could not start (nothing was observed), unless not starting
         was the finding itself (a target that breaks when switched): then it reproduces."""
         try:
@@ -455,6 +456,11 @@ class Session:
             if verdict.ok:
                 return False, "not reproduced: the case passed in a fresh worker"
             seen = verdict.kind
+            if seen == kind and error_type and verdict.error_type not in (None, error_type):
+                # An error finding names its exception: another exception is another failure.
+                return False, (
+                    f"not reproduced: a fresh worker raised {verdict.error_type}, not {error_type}"
+                )
         if seen == kind:
             return True, f"reproduced: {prop} failed with {kind} in a fresh worker"
         return False, f"not reproduced: a fresh worker failed with {seen}, not {kind}"

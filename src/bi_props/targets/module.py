@@ -63,6 +63,25 @@ def _load(spec: str) -> Any:
         ) from None
 
 
+_SHARED_DIRECTORIES = ("site-packages", "dist-packages")
+
+
+def registration_root(path: str | None) -> str | None:
+    """The file or directory whose registrations count as the module's own: a package's
+    directory, or the directory of a single-file module (helpers beside it count as its own),
+    except where that directory is shared with every other installed library (site-packages):
+    there only the module's own file counts, or any library's kernel would pass as its own."""
+    if not path:
+        return None
+    path = os.path.realpath(path)
+    directory = os.path.dirname(path)
+    if os.path.basename(path) == "__init__.py":
+        return directory
+    if os.path.basename(directory) in _SHARED_DIRECTORIES:
+        return path
+    return directory
+
+
 class ModuleTarget(Target):
     """Adapter from the documented module interface (or the thinking-machines style)."""
 
@@ -155,11 +174,9 @@ class ModuleTarget(Target):
         return {"npu": "PrivateUse1"}.get(device, device.upper())
 
     def _root(self) -> str | None:
-        """Where the module's registrations come from: its package directory, or the directory
-        of a single-file module (helpers beside it count as its own)."""
+        """Where the module's registrations come from (see ``registration_root``)."""
         module = importlib.import_module(self._spec.partition(":")[0])
-        path = getattr(module, "__file__", None)
-        return os.path.dirname(os.path.realpath(path)) if path else None
+        return registration_root(getattr(module, "__file__", None))
 
     def _dumper(self) -> Any:
         if self._dispatch is None and self._unobservable is None:
