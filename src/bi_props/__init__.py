@@ -16,7 +16,7 @@ _EXPORTS = {
     "Batch": "bi_props.case",
     "Companion": "bi_props.case",
     "OPS": "bi_props.catalogue",
-    "OpInfo": "bi_props.catalogue",
+    "OpSpec": "bi_props.catalogue",
     "PROPERTIES": "bi_props.strategies",
     "cases": "bi_props.strategies",
     "Space": "bi_props.space",
