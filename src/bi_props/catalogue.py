@@ -1299,3 +1299,79 @@ def get(name: str) -> OpSpec:
     except KeyError:
         known = ", ".join(OPS)
         raise KeyError(f"unknown op {name!r}; the catalogue has: {known}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# The registry: users' ops
+
+# Public names of the bound helpers, for users' references (docs/ops.md).
+sum_error = _sum_error
+output_rounding = _output_rounding
+product_reference = _product_reference
+bounded_amplitude = _bounded_amplitude
+
+BUILTIN_OPS = tuple(OPS)
+"""The ops bi_props ships; ``register_op`` adds others to ``OPS``."""
+_ORIGINS: dict[str, str] = {}
+"""Where each registered (non-built-in) op came from: the module of its ``call``."""
+
+
+def _origin(spec: OpSpec) -> str:
+    if spec.name in BUILTIN_OPS:
+        return "built into bi_props (bi_props.catalogue)"
+    return _ORIGINS.get(spec.name, "registered earlier")
+
+
+def register_op(spec: OpSpec) -> OpSpec:
+    """Add a user's op to the catalogue (``OPS``) of this process; returns the registered spec.
+
+    Registering the identical spec again is a no-op. Another spec under a taken name, a spec
+    without what exploring it needs, or an aten name another op already claims raises one
+    ``ValueError`` saying what, where and how to fix it. A third-party target's ``EXTRA_OPS`` are
+    registered this way in the controller and in every worker when the target module loads; an
+    op registered by hand must be registered in the workers too (put it in a target's
+    ``EXTRA_OPS``)."""
+    if not isinstance(spec, OpSpec):
+        raise TypeError(f"register_op needs a bi_props.OpSpec, got {type(spec).__name__}")
+    existing = OPS.get(spec.name)
+    if existing is not None:
+        if existing is spec or existing == spec:
+            return existing
+        raise ValueError(
+            f"register_op: op name {spec.name!r} is taken: {_origin(existing)} defines a different "
+            f"spec under it (this one comes from {spec.call.__module__!r}). Rename yours "
+            f"(OpSpec(name=...), and the target's OPS) or register the same OpSpec object "
+            f"(import it instead of redefining it)"
+        )
+    problems = []
+    if not isinstance(spec.name, str) or not spec.name.strip() or "|" in spec.name:
+        problems.append(f"name {spec.name!r} must be a non-empty string without '|'")
+    if not spec.entries or not all(isinstance(e, str) for e in spec.entries):
+        problems.append("entries must be a non-empty tuple of entry-point names")
+    if not callable(spec.draw_shape):
+        problems.append("draw_shape(draw, ctx) -> (shape, options) is missing")
+    unknown = [p for p in spec.properties if p not in (*OP_PROPERTIES, *MODEL_PROPERTIES)]
+    if unknown:
+        problems.append(f"properties {unknown} are unknown; choose from {list(OP_PROPERTIES)}")
+    claimed = {
+        a: ATEN_TO_OP[a] for a in spec.aten_names if ATEN_TO_OP.get(a, spec.name) != spec.name
+    }
+    if claimed:
+        problems.append(
+            f"aten_names {sorted(claimed)} already map to {sorted(set(claimed.values()))}"
+        )
+    if problems:
+        raise ValueError(
+            f"register_op: OpSpec {spec.name!r} (from {spec.call.__module__!r}) cannot be "
+            f"registered: {'; '.join(problems)}. See bi_props.OpSpec's docstring and docs/ops.md"
+        )
+    OPS[spec.name] = spec
+    _ORIGINS[spec.name] = f"module {spec.call.__module__!r}"
+    for aten in spec.aten_names:
+        ATEN_TO_OP[aten] = spec.name
+    return spec
+
+
+def registered_ops() -> tuple[str, ...]:
+    """The ops registered beyond the built-in ones, in registration order."""
+    return tuple(op for op in OPS if op not in BUILTIN_OPS)

@@ -113,7 +113,10 @@ class BiPropsState:
     def space(self):
         if self._space is None:
             from .space import SpaceError, load, load_profile
+            from .targets.module import declare_ops
 
+            if self.config.getoption("bi_target"):  # its EXTRA_OPS, before the space names them
+                declare_ops(self.config.getoption("bi_target"))
             path = self.config.getoption("bi_strategies")
             try:
                 self._space = (
