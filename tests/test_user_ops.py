@@ -240,3 +240,9 @@ def test_fuzz_gives_no_finding_for_the_honest_user_op(campaigns) -> None:
     assert report["examples"] > 20
     ran = {(c["op"], c["property"], c["switch"]) for c in report["cells"] if c["examples"]}
     assert ("silu_and_mul", "batch_invariance", "enabled") in ran, ran
+
+
+def test_the_docs_show_the_worked_example_verbatim() -> None:
+    docs = (Path(__file__).parents[1] / "docs" / "ops.md").read_text()
+    for module in ("fused_gated.py", "fused_gated_buggy.py"):
+        assert (USER_OPS / module).read_text() in docs, f"docs/ops.md: update the copy of {module}"
