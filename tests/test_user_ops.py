@@ -139,6 +139,25 @@ def test_extra_ops_are_registered_when_the_target_module_loads(registry) -> None
     assert declare_ops("no_such_module_here").startswith("target module 'no_such_module_here'")
 
 
+def test_workers_register_the_ops_the_controller_registered(registry, monkeypatch) -> None:
+    """A campaign over several targets draws each module's ops for every target: the workers
+    of the others register them too (BI_PROPS_OP_MODULES)."""
+    from bi_props.runner.controller import Worker
+    from bi_props.targets.module import OP_MODULES_ENV, declare_from_environment, declare_ops
+
+    assert declare_ops("fused_gated") is None
+    env = Worker("cpu", "enabled").environment()
+    assert "fused_gated" in env[OP_MODULES_ENV].split(",")
+    catalogue.OPS.pop("silu_and_mul")
+    sys.modules.pop("fused_gated")
+    from bi_props.targets import module
+
+    module._DECLARED.clear()
+    monkeypatch.setenv(OP_MODULES_ENV, "fused_gated")
+    declare_from_environment("cpu")
+    assert "silu_and_mul" in catalogue.OPS
+
+
 def test_an_unknown_op_in_ops_still_gets_the_clear_error(registry) -> None:
     from bi_props.targets import TargetBroken
     from bi_props.targets.module import ModuleTarget

@@ -148,6 +148,8 @@ class BiPropsState:
         from .known import DataFileError, load_known
 
         path = self.config.getoption("bi_known")
+        if path:
+            self.space  # noqa: B018  (declares the target's EXTRA_OPS: the file may name them)
         try:
             return load_known(path) if path else []
         except DataFileError as exc:
@@ -158,6 +160,8 @@ class BiPropsState:
         from .known import DataFileError, load_regressions
 
         path = self.config.getoption("bi_regressions")
+        if path:
+            self.space  # noqa: B018  (declares the target's EXTRA_OPS: the file may name them)
         try:
             return load_regressions(path) if path else []
         except DataFileError as exc:
