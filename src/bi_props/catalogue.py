@@ -117,8 +117,9 @@ class OpSpec:
     - ``batchable``, ``output_batch_axes``, ``inexact_outputs``, ``properties``,
       ``option_choices``, ``bound`` (the reference's error bound, in words), ``notes``.
 
-    Callables must be picklable by reference (module-level functions) only where the op is used
-    with ``--ray``; elsewhere the spec never leaves its process (each process registers it).
+    A spec never crosses a process boundary (cases name their op): every process that needs it
+    (the controller, each worker, each Ray actor) registers it itself, by importing the module
+    that declares it (a target's ``EXTRA_OPS``), so lambdas and closures are fine.
     """
 
     name: str
