@@ -172,12 +172,22 @@ def test_a_space_may_name_a_target_modules_ops(registry, tmp_path: Path) -> None
     from bi_props.space import SpaceError, load
 
     good = tmp_path / "good.toml"
-    good.write_text('[profile]\ntarget = "fused_gated"\n[ops]\ninclude = ["silu_and_mul"]\n')
-    assert load(good).ops == ("silu_and_mul",)
+    good.write_text(
+        '[op.silu_and_mul]\ndim = { min = 1, max = 8 }\n[ops]\ninclude = ["silu_and_mul"]\n'
+        '[profile]\ntarget = "fused_gated"\n'  # the target's ops count in every section
+    )
+    space = load(good)
+    assert space.ops == ("silu_and_mul",) and space.dim_for("silu_and_mul").max == 8
     bad = tmp_path / "bad.toml"
     bad.write_text('[ops]\ninclude = ["silu_and_mul", "nope"]\n')
     with pytest.raises(SpaceError, match=r"key 'ops.include': unknown \['nope'\]"):
         load(bad)
+    missing = tmp_path / "missing.toml"
+    missing.write_text('[profile]\ntarget = "no_such_kernels"\n[ops]\ninclude = ["gated9"]\n')
+    with pytest.raises(SpaceError) as info:
+        load(missing)
+    assert "unknown ['gated9']" in str(info.value)
+    assert "EXTRA_OPS not read from target module no_such_kernels" in str(info.value)
 
 
 def test_the_user_ops_draw_shape_gives_valid_cases(registry) -> None:

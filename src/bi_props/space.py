@@ -157,13 +157,24 @@ def parse(data: dict[str, Any], source: str, profile: str) -> Space:
     """Validate a decoded TOML document into a Space."""
     fields: dict[str, Any] = {"source": source, "profile": profile}
     op_dim: dict[str, Extent] = {}
+    target = (
+        data.get("profile", {}).get("target") if isinstance(data.get("profile"), dict) else None
+    )
+    if isinstance(target, str):  # a third-party target's own ops (EXTRA_OPS) count from here on
+        from .targets.module import declare_ops
+
+        declare_ops(target)
     for section, body in data.items():
         if section == "op":
             if not isinstance(body, dict):
                 raise _fail(source, "op", "expected tables like [op.mm]")
             for op, table in body.items():
                 if op not in OPS:
-                    raise _fail(source, f"op.{op}", f"unknown op; the catalogue has {list(OPS)}")
+                    raise _fail(
+                        source,
+                        f"op.{op}",
+                        f"unknown op; the catalogue has {list(OPS)}{_unknown_ops_hint()}",
+                    )
                 if not isinstance(table, dict) or set(table) - {"dim"}:
                     raise _fail(source, f"op.{op}", "only 'dim = { min, max }' may be set here")
                 if "dim" in table:
@@ -213,10 +224,6 @@ def parse(data: dict[str, Any], source: str, profile: str) -> Space:
         raise _fail(source, "batch.companion_rows", "min must be >= 1")
     if ("batch", "max_companions") in fields and space["max_companions"] < 1:
         raise _fail(source, "batch.max_companions", "must be at least 1")
-    if ("profile", "target") in fields:  # a third-party target's own ops (EXTRA_OPS) count
-        from .targets.module import declare_ops
-
-        declare_ops(fields["profile", "target"])
     include = fields.get(("ops", "include"), list(default_ops()))
     exclude = fields.get(("ops", "exclude"), [])
     try:
