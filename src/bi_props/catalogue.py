@@ -1,6 +1,6 @@
 """The op catalogue, as data (PyTorch's OpInfo idea, much leaner).
 
-Each ``OpInfo`` says: which entry points exist, what a case's ``shape`` means, which operands are
+Each ``OpSpec`` says: which entry points exist, what a case's ``shape`` means, which operands are
 per-sample (they get a batch axis and the sample's own seed) and which are shared (weights), how to
 call an entry point, what the CPU float64 reference is, and when bit-exact comparison is sound.
 
@@ -76,8 +76,52 @@ class Reference:
     """The internal precision the bound was computed for (the target's declaration, resolved)."""
 
 
+ShapeFn = Callable[[Any, Any], tuple[tuple[int, ...], dict[str, Any]]]
+"""``draw_shape(draw, ctx) -> (shape, options)``: ``draw`` is Hypothesis' draw function, ``ctx``
+a ``strategies.ShapeContext``."""
+
+
 @dataclass(frozen=True)
-class OpInfo:
+class OpSpec:
+    """Everything bi_props knows about one op; ``register_op`` adds a user's to ``OPS``.
+
+    Required:
+
+    - ``name``: stable name (reports, known-failure files, ``OPS`` of targets, ``--ops``);
+    - ``entries``: entry-point names; ``call`` receives the drawn one (a target's ``entries()``
+      may replace them);
+    - ``shape_doc``: what ``case.shape`` means, in words (``shape[0]`` is the needle's rows);
+    - ``operands(case) -> (Operand, ...)``: the tensor arguments, per-sample (``batch_axis``) or
+      shared;
+    - ``operand_shapes(case, rows) -> (shape, ...)``: each operand's shape for ``rows`` rows (the
+      batch's total for a batched call);
+    - ``call(entry, args, case, lengths)``: runs the op on torch tensors in the worker (import
+      torch inside it); ``lengths`` are the rows per sample; returns a tensor or a tuple;
+    - ``reference(inputs, case, lengths, acc="float32") -> (Reference, ...)``: float64 numpy
+      values and allowed errors (None: bitwise) for a kernel computing internally in ``acc``;
+
+    Optional:
+
+    - ``exact_amplitude(case, acc="float32") -> int``: largest integer magnitude for the
+      ``exact`` value class (0, the default: exactness is never claimed);
+    - ``draw_shape(draw, ctx) -> (shape, options)``: the shape-and-option strategy (see
+      ``strategies.ShapeContext``; the built-in ops' are in ``bi_props.shapes``). Required to
+      explore the op;
+    - ``companion_rows(ctx) -> strategy``: rows of each companion sample of a batch (default: the
+      space's ``companion_rows``, tile-edge biased); ``max_companions``: a cap on their number
+      below the space's;
+    - ``repro_call(case) -> (definitions, expression)``: source text computing the op from
+      ``args`` and ``lengths`` in a standalone reproducer (``torch`` and ``F`` are imported);
+      None: no reproducer script, the finding says to re-run the case with bi_props;
+    - ``aten_names``: the profiler's names of aten ops that reach this op (``ATEN_TO_OP``);
+    - ``batchable``, ``output_batch_axes``, ``inexact_outputs``, ``properties``,
+      ``option_choices``, ``bound`` (the reference's error bound, in words), ``notes``.
+
+    A spec never crosses a process boundary (cases name their op): every process that needs it
+    (the controller, each worker, each Ray actor) registers it itself, by importing the module
+    that declares it (a target's ``EXTRA_OPS``), so lambdas and closures are fine.
+    """
+
     name: str
     entries: tuple[str, ...]
     shape_doc: str
@@ -85,7 +129,7 @@ class OpInfo:
     operand_shapes: Callable[[Case, int], tuple[tuple[int, ...], ...]]
     call: Callable[[str, Sequence[Any], Case, Sequence[int]], Any]
     reference: Callable[[Sequence[np.ndarray], Case, Sequence[int]], tuple[Reference, ...]]
-    exact_amplitude: Callable[..., int]
+    exact_amplitude: Callable[..., int] = lambda case, acc="float32": 0
     """``(case, acc="float32")``: largest integer magnitude for the ``exact`` value class when the
     kernel accumulates in ``acc`` (0: exactness is never sound). Values are drawn with the float32
     amplitude; a target declaring a narrower precision gets the bounded reference instead."""
@@ -99,6 +143,11 @@ class OpInfo:
     properties: tuple[str, ...] = OP_PROPERTIES
     inexact_outputs: tuple[int, ...] = ()
     """Outputs never exact even on exact inputs (add_rms_norm's y: a sqrt and a division)."""
+    draw_shape: ShapeFn | None = None
+    companion_rows: Callable[[Any], Any] | None = None
+    max_companions: int | None = None
+    repro_call: Callable[[Case], tuple[str, str]] | None = None
+    aten_names: tuple[str, ...] = ()
 
     def references(
         self,
@@ -809,6 +858,10 @@ ENGINE_VOCAB = 512
 """The tiny model's vocabulary (bi_props.engine.write_tiny_model(vocab=ENGINE_VOCAB))."""
 ENGINE_SPECIAL_TOKENS = 4
 """Token ids below this are the tokenizer's specials (unk, bos, eos, pad): prompts avoid them."""
+ENGINE_MAX_TOKENS = 24
+ENGINE_MAX_COMPANIONS = 7
+"""Prompts of 1..24 tokens, a needle and at most 7 companion prompts (the engine is built with
+max_num_seqs=16 and max_model_len=128)."""
 
 
 def _engine_operands(case: Case) -> tuple[Operand, ...]:
@@ -835,10 +888,107 @@ def _engine_no_reference(
     raise NotImplementedError("the engine has no float64 reference; use logprobs/determinism")
 
 
-OPS: dict[str, OpInfo] = {
+# ---------------------------------------------------------------------------------------------
+# Shape strategies (bi_props.shapes, imported lazily: it imports Hypothesis) and reproducer text
+
+
+def _shapes(name: str) -> ShapeFn:
+    """``bi_props.shapes.<name>``, imported on the first draw (this module imports no
+    Hypothesis)."""
+
+    def draw_shape(draw: Any, ctx: Any) -> tuple[tuple[int, ...], dict[str, Any]]:
+        from . import shapes
+
+        return getattr(shapes, name)(draw, ctx)
+
+    draw_shape.__qualname__ = draw_shape.__name__ = f"shapes.{name}"
+    return draw_shape
+
+
+def _companions(name: str) -> Callable[[Any], Any]:
+    def companion_rows(ctx: Any) -> Any:
+        from . import shapes
+
+        return getattr(shapes, name)(ctx)
+
+    companion_rows.__qualname__ = companion_rows.__name__ = f"shapes.{name}"
+    return companion_rows
+
+
+def _dtype_kw(case: Case) -> str:
+    dtype = case.opt("dtype")
+    return f"torch.{dtype}" if dtype else "None"
+
+
+def _fixed_repro(expression: str) -> Callable[[Case], tuple[str, str]]:
+    def repro_call(case: Case) -> tuple[str, str]:
+        return "", expression
+
+    return repro_call
+
+
+def _mm_repro(case: Case) -> tuple[str, str]:
+    return "", "args[0].mm(args[1])" if case.entry == "Tensor.mm" else "torch.mm(args[0], args[1])"
+
+
+def _matmul_repro(case: Case) -> tuple[str, str]:
+    return "", "args[0] @ args[1]" if case.entry == "operator.matmul" else "torch.matmul(*args)"
+
+
+def _addmm_repro(case: Case) -> tuple[str, str]:
+    beta, alpha = case.opt("beta", 1), case.opt("alpha", 1)
+    return "", f"torch.addmm(args[0], args[1], args[2], beta={beta!r}, alpha={alpha!r})"
+
+
+def _reduce_repro(case: Case) -> tuple[str, str]:
+    op, entry = case.op, case.entry
+    kwargs = []
+    if case.opt("dim") is not None:
+        kwargs += [f"dim={case.opt('dim')!r}", f"keepdim={case.opt('keepdim', False)!r}"]
+    if case.opt("dtype"):
+        kwargs.append(f"dtype={_dtype_kw(case)}")
+    joined = ", ".join(kwargs)
+    if entry.startswith("Tensor."):
+        return "", f"args[0].{op}({joined})"
+    return "", f"torch.{op}(args[0]{', ' if joined else ''}{joined})"
+
+
+def _softmax_repro(case: Case) -> tuple[str, str]:
+    op, entry = case.op, case.entry
+    dim, dtype = case.opt("dim", -1), _dtype_kw(case)
+    if entry.startswith("Tensor."):
+        return "", f"args[0].{op}({dim!r}, dtype={dtype})"
+    if entry.startswith("F."):
+        return "", f"F.{op}(args[0], dim={dim!r}, dtype={dtype})"
+    return "", f"torch.{op}(args[0], {dim!r}, dtype={dtype})"
+
+
+def _rms_norm_repro(case: Case) -> tuple[str, str]:
+    return "", f"F.rms_norm(args[0], (args[0].shape[-1],), args[1], eps={case.opt('eps')!r})"
+
+
+_STOCK_ADD_RMS_NORM = '''
+def add_rms_norm(x, residual, weight, eps=None):
+    """Stock composite: (rms_norm(x + residual) * weight, x + residual)."""
+    total = x + residual
+    return F.rms_norm(total, tuple(weight.shape), weight, eps), total
+'''
+
+
+def _add_rms_norm_repro(case: Case) -> tuple[str, str]:
+    module, _, attr = case.entry.rpartition(".")
+    if module == "bi_props.ops":
+        definition = _STOCK_ADD_RMS_NORM
+    else:
+        definition = f"from {module} import {attr} as add_rms_norm\n"
+    expr = f"(lambda y, *rest: (y, rest[-1]))(*add_rms_norm(*args, {_eps(case)!r}))"
+    return definition, expr
+
+
+OPS: dict[str, OpSpec] = {
     op.name: op
     for op in (
-        OpInfo(
+        OpSpec(
             name="mm",
             entries=("torch.mm", "Tensor.mm"),
             shape_doc="(m, k, n): input (m, k) per sample, mat2 (k, n) shared",
@@ -848,8 +998,11 @@ OPS: dict[str, OpInfo] = {
             reference=_mm_reference,
             exact_amplitude=lambda case, acc="float32": _bounded_amplitude(case.shape[1], acc),
             bound=PRODUCT_BOUND,
+            draw_shape=_shapes("mm"),
+            repro_call=_mm_repro,
+            aten_names=("aten::mm",),
         ),
-        OpInfo(
+        OpSpec(
             name="matmul",
             entries=("torch.matmul", "operator.matmul"),
             shape_doc="form 2d: (m, k, n); vector: (m, k) @ (k,); batched: (b, m, k, n) both per"
@@ -861,8 +1014,12 @@ OPS: dict[str, OpInfo] = {
             exact_amplitude=_matmul_amplitude,
             option_choices={"form": MATMUL_FORMS},
             bound=PRODUCT_BOUND,
+            draw_shape=_shapes("matmul"),
+            companion_rows=_companions("small_companions"),
+            repro_call=_matmul_repro,
+            aten_names=("aten::mv", "aten::dot", "aten::matmul"),
         ),
-        OpInfo(
+        OpSpec(
             name="bmm",
             entries=("torch.bmm",),
             shape_doc="(b, m, k, n): both operands per sample along b",
@@ -872,8 +1029,12 @@ OPS: dict[str, OpInfo] = {
             reference=_bmm_reference,
             exact_amplitude=lambda case, acc="float32": _bounded_amplitude(case.shape[2], acc),
             bound=PRODUCT_BOUND,
+            draw_shape=_shapes("bmm"),
+            companion_rows=_companions("small_companions"),
+            repro_call=_fixed_repro("torch.bmm(args[0], args[1])"),
+            aten_names=("aten::bmm",),
         ),
-        OpInfo(
+        OpSpec(
             name="addmm",
             entries=("torch.addmm",),
             shape_doc="(m, k, n): self (n,) shared or (m, n) per sample, mat1 (m, k), mat2 (k, n)",
@@ -888,8 +1049,11 @@ OPS: dict[str, OpInfo] = {
                 "bias": ("vector", "matrix"),
             },
             bound=PRODUCT_BOUND + " (K + 1 terms: the bias is one)",
+            draw_shape=_shapes("addmm"),
+            repro_call=_addmm_repro,
+            aten_names=("aten::addmm",),
         ),
-        OpInfo(
+        OpSpec(
             name="linear",
             entries=("F.linear",),
             shape_doc="form 2d: (m, k, n); 3d: (m, s, k, n); weight (n, k), bias (n,) shared",
@@ -900,8 +1064,11 @@ OPS: dict[str, OpInfo] = {
             exact_amplitude=_linear_amplitude,
             option_choices={"bias": (True, False), "form": ("2d", "3d")},
             bound=PRODUCT_BOUND + " (K + 1 terms with a bias)",
+            draw_shape=_shapes("linear"),
+            repro_call=_fixed_repro("F.linear(*args)"),
+            aten_names=("aten::linear",),
         ),
-        OpInfo(
+        OpSpec(
             name="sum",
             entries=("torch.sum", "Tensor.sum"),
             shape_doc="the input's shape (rank 1-3), rows first",
@@ -912,8 +1079,11 @@ OPS: dict[str, OpInfo] = {
             exact_amplitude=_sum_amplitude,
             batchable=_reduction_batchable,
             bound=SUM_BOUND,
+            draw_shape=_shapes("reduction"),
+            repro_call=_reduce_repro,
+            aten_names=("aten::sum",),
         ),
-        OpInfo(
+        OpSpec(
             name="mean",
             entries=("torch.mean", "Tensor.mean"),
             shape_doc="the input's shape (rank 1-3), rows first",
@@ -924,8 +1094,11 @@ OPS: dict[str, OpInfo] = {
             exact_amplitude=_mean_amplitude,
             batchable=_reduction_batchable,
             bound=SUM_BOUND,
+            draw_shape=_shapes("reduction"),
+            repro_call=_reduce_repro,
+            aten_names=("aten::mean",),
         ),
-        OpInfo(
+        OpSpec(
             name="softmax",
             entries=("torch.softmax", "Tensor.softmax", "F.softmax"),
             shape_doc="the input's shape (rank 2-3), rows first",
@@ -936,8 +1109,11 @@ OPS: dict[str, OpInfo] = {
             exact_amplitude=_never_exact,
             batchable=_softmax_batchable,
             bound=SOFTMAX_BOUND,
+            draw_shape=_shapes("softmax"),
+            repro_call=_softmax_repro,
+            aten_names=("aten::_softmax", "aten::softmax"),
         ),
-        OpInfo(
+        OpSpec(
             name="log_softmax",
             entries=("torch.log_softmax", "Tensor.log_softmax", "F.log_softmax"),
             shape_doc="the input's shape (rank 2-3), rows first",
@@ -948,8 +1124,11 @@ OPS: dict[str, OpInfo] = {
             exact_amplitude=_never_exact,
             batchable=_softmax_batchable,
             bound=SOFTMAX_BOUND,
+            draw_shape=_shapes("softmax"),
+            repro_call=_softmax_repro,
+            aten_names=("aten::_log_softmax", "aten::log_softmax"),
         ),
-        OpInfo(
+        OpSpec(
             name="rms_norm",
             entries=("F.rms_norm",),
             shape_doc="(m, h): input (m, h) per sample, weight (h,) shared",
@@ -959,8 +1138,11 @@ OPS: dict[str, OpInfo] = {
             reference=_rms_norm_reference,
             exact_amplitude=_never_exact,
             bound=RMS_NORM_BOUND,
+            draw_shape=_shapes("rms_norm"),
+            repro_call=_rms_norm_repro,
+            aten_names=("aten::rms_norm",),
         ),
-        OpInfo(
+        OpSpec(
             name="add_rms_norm",
             entries=("bi_props.ops.add_rms_norm",),
             shape_doc="(m, h): x and residual (m, h) per sample, weight (h,) shared; returns"
@@ -973,8 +1155,10 @@ OPS: dict[str, OpInfo] = {
             output_batch_axes=(0, 0),
             inexact_outputs=(0,),
             bound=RMS_NORM_BOUND + "; the residual x + residual: one rounding",
+            draw_shape=_shapes("add_rms_norm"),
+            repro_call=_add_rms_norm_repro,
         ),
-        OpInfo(
+        OpSpec(
             name="attention",
             entries=("bi_props.ops.varlen_attention",),
             shape_doc="(length, heads, kv_heads, head_dim): q, k, v packed per sequence (causal)",
@@ -985,8 +1169,10 @@ OPS: dict[str, OpInfo] = {
             exact_amplitude=_never_exact,
             bound="Higham & Mary's gamma~ for the score dot products and the two length sums,"
             " softmax's exp terms as above; relative to sum p |v|",
+            draw_shape=_shapes("attention"),
+            companion_rows=_companions("attention_companions"),
         ),
-        OpInfo(
+        OpSpec(
             name="silu",
             entries=("F.silu",),
             shape_doc="(m, n): input (m, n) per sample; SwiGLU's activation",
@@ -997,8 +1183,11 @@ OPS: dict[str, OpInfo] = {
             exact_amplitude=_never_exact,
             bound="relative u_acc (|x| + 4) (exp, one add, one division); the flush to -0.0"
             " where exp(-x) overflows",
+            draw_shape=_shapes("rows_by_dim"),
+            repro_call=_fixed_repro("F.silu(args[0])"),
+            aten_names=("aten::silu",),
         ),
-        OpInfo(
+        OpSpec(
             name="probe_model",
             entries=MODEL_LAYOUTS,
             shape_doc="(length, layers, heads, kv_heads, head_dim, vocab, intermediate); entry is"
@@ -1011,8 +1200,10 @@ OPS: dict[str, OpInfo] = {
             properties=MODEL_PROPERTIES,
             notes="logprobs (T, vocab) float32; the mismatch's first index is the first diverging"
             " token",
+            draw_shape=_shapes("probe_model"),
+            companion_rows=_companions("probe_model_companions"),
         ),
-        OpInfo(
+        OpSpec(
             name="engine",
             entries=("bi_props.targets.vllm_engine.prompt_logprobs",),
             shape_doc="(length, vocab): the needle prompt's token ids (length,) per sample, in"
@@ -1026,29 +1217,17 @@ OPS: dict[str, OpInfo] = {
             properties=("logprobs", "determinism"),
             notes="a real engine (the vllm-engine target); explored only where a space lists it"
             " in [ops] include",
+            draw_shape=_shapes("engine"),
+            companion_rows=_companions("engine_companions"),
+            max_companions=ENGINE_MAX_COMPANIONS,
         ),
     )
 }
 
 
-# The aten ops (as the profiler names them) through which the catalogue's ops are reached.
-ATEN_TO_OP = {
-    "aten::mm": "mm",
-    "aten::addmm": "addmm",
-    "aten::bmm": "bmm",
-    "aten::mv": "matmul",
-    "aten::dot": "matmul",
-    "aten::matmul": "matmul",
-    "aten::linear": "linear",
-    "aten::sum": "sum",
-    "aten::mean": "mean",
-    "aten::_softmax": "softmax",
-    "aten::softmax": "softmax",
-    "aten::_log_softmax": "log_softmax",
-    "aten::log_softmax": "log_softmax",
-    "aten::rms_norm": "rms_norm",
-    "aten::silu": "silu",
-}
+# The aten ops (as the profiler names them) through which the catalogue's ops are reached: each
+# spec's ``aten_names`` (register_op adds a user op's).
+ATEN_TO_OP = {aten: op.name for op in OPS.values() for aten in op.aten_names}
 # Data movement and exactly rounded elementwise ops: they cannot make a row depend on the batch.
 ATEN_BENIGN = (
     "aten::add",
@@ -1115,9 +1294,85 @@ def controls(ops: Sequence[str]) -> list[tuple[str, str]]:
     return [(op, prop) for op in ops for prop in OPS[op].controls]
 
 
-def get(name: str) -> OpInfo:
+def get(name: str) -> OpSpec:
     try:
         return OPS[name]
     except KeyError:
         known = ", ".join(OPS)
         raise KeyError(f"unknown op {name!r}; the catalogue has: {known}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# The registry: users' ops
+
+# Public names of the bound helpers, for users' references (docs/ops.md).
+sum_error = _sum_error
+output_rounding = _output_rounding
+product_reference = _product_reference
+bounded_amplitude = _bounded_amplitude
+
+BUILTIN_OPS = tuple(OPS)
+"""The ops bi_props ships; ``register_op`` adds others to ``OPS``."""
+_ORIGINS: dict[str, str] = {}
+"""Where each registered (non-built-in) op came from: the module of its ``call``."""
+
+
+def _origin(spec: OpSpec) -> str:
+    if spec.name in BUILTIN_OPS:
+        return "built into bi_props (bi_props.catalogue)"
+    return _ORIGINS.get(spec.name, "registered earlier")
+
+
+def register_op(spec: OpSpec) -> OpSpec:
+    """Add a user's op to the catalogue (``OPS``) of this process; returns the registered spec.
+
+    Registering the identical spec again is a no-op. Another spec under a taken name, a spec
+    without what exploring it needs, or an aten name another op already claims raises one
+    ``ValueError`` saying what, where and how to fix it. A third-party target's ``EXTRA_OPS`` are
+    registered this way in the controller and in every worker when the target module loads; an
+    op registered by hand must be registered in the workers too (put it in a target's
+    ``EXTRA_OPS``)."""
+    if not isinstance(spec, OpSpec):
+        raise TypeError(f"register_op needs a bi_props.OpSpec, got {type(spec).__name__}")
+    existing = OPS.get(spec.name)
+    if existing is not None:
+        if existing is spec or existing == spec:
+            return existing
+        raise ValueError(
+            f"register_op: op name {spec.name!r} is taken: {_origin(existing)} defines a different "
+            f"spec under it (this one comes from {spec.call.__module__!r}). Rename yours "
+            f"(OpSpec(name=...), and the target's OPS) or register the same OpSpec object "
+            f"(import it instead of redefining it)"
+        )
+    problems = []
+    if not isinstance(spec.name, str) or not spec.name.strip() or "|" in spec.name:
+        problems.append(f"name {spec.name!r} must be a non-empty string without '|'")
+    if not spec.entries or not all(isinstance(e, str) for e in spec.entries):
+        problems.append("entries must be a non-empty tuple of entry-point names")
+    if not callable(spec.draw_shape):
+        problems.append("draw_shape(draw, ctx) -> (shape, options) is missing")
+    unknown = [p for p in spec.properties if p not in (*OP_PROPERTIES, *MODEL_PROPERTIES)]
+    if unknown:
+        problems.append(f"properties {unknown} are unknown; choose from {list(OP_PROPERTIES)}")
+    claimed = {
+        a: ATEN_TO_OP[a] for a in spec.aten_names if ATEN_TO_OP.get(a, spec.name) != spec.name
+    }
+    if claimed:
+        problems.append(
+            f"aten_names {sorted(claimed)} already map to {sorted(set(claimed.values()))}"
+        )
+    if problems:
+        raise ValueError(
+            f"register_op: OpSpec {spec.name!r} (from {spec.call.__module__!r}) cannot be "
+            f"registered: {'; '.join(problems)}. See bi_props.OpSpec's docstring and docs/ops.md"
+        )
+    OPS[spec.name] = spec
+    _ORIGINS[spec.name] = f"module {spec.call.__module__!r}"
+    for aten in spec.aten_names:
+        ATEN_TO_OP[aten] = spec.name
+    return spec
+
+
+def registered_ops() -> tuple[str, ...]:
+    """The ops registered beyond the built-in ones, in registration order."""
+    return tuple(op for op in OPS if op not in BUILTIN_OPS)

@@ -238,8 +238,11 @@ def _space(args: argparse.Namespace):
     from dataclasses import replace
 
     from .catalogue import OPS
-    from .space import SpaceError, load, load_profile
+    from .space import SpaceError, _unknown_ops_hint, load, load_profile
+    from .targets.module import declare_ops
 
+    for target in args.target or ():  # a module target's EXTRA_OPS: --ops and the space name them
+        declare_ops(target)
     try:
         space = (
             load(args.strategies, args.profile) if args.strategies else load_profile(args.profile)
@@ -250,7 +253,11 @@ def _space(args: argparse.Namespace):
         ops = tuple(o.strip() for o in args.ops.split(",") if o.strip())
         unknown = [o for o in ops if o not in OPS]
         if unknown:
-            raise SystemExit(_usage(f"--ops: unknown {unknown}; the catalogue has {list(OPS)}"))
+            raise SystemExit(
+                _usage(
+                    f"--ops: unknown {unknown}; the catalogue has {list(OPS)}{_unknown_ops_hint()}"
+                )
+            )
         space = replace(space, ops=ops)
     return space
 

@@ -113,7 +113,10 @@ class BiPropsState:
     def space(self):
         if self._space is None:
             from .space import SpaceError, load, load_profile
+            from .targets.module import declare_ops
 
+            if self.config.getoption("bi_target"):  # its EXTRA_OPS, before the space names them
+                declare_ops(self.config.getoption("bi_target"))
             path = self.config.getoption("bi_strategies")
             try:
                 self._space = (
@@ -145,6 +148,8 @@ class BiPropsState:
         from .known import DataFileError, load_known
 
         path = self.config.getoption("bi_known")
+        if path:
+            self.space  # noqa: B018  (declares the target's EXTRA_OPS: the file may name them)
         try:
             return load_known(path) if path else []
         except DataFileError as exc:
@@ -155,6 +160,8 @@ class BiPropsState:
         from .known import DataFileError, load_regressions
 
         path = self.config.getoption("bi_regressions")
+        if path:
+            self.space  # noqa: B018  (declares the target's EXTRA_OPS: the file may name them)
         try:
             return load_regressions(path) if path else []
         except DataFileError as exc:

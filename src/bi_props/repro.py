@@ -21,70 +21,22 @@ from typing import Any
 from .case import Case
 
 # -- the op call, as source text ----------------------------------------------------------------
-# One expression per catalogue op over `args` (the tensors, layouts applied), `lengths` (rows per
-# sample) and the case's options; tests check it against catalogue.OPS[op].call bit for bit.
-
-_STOCK_ADD_RMS_NORM = '''
-def add_rms_norm(x, residual, weight, eps=None):
-    """Stock composite: (rms_norm(x + residual) * weight, x + residual)."""
-    total = x + residual
-    return F.rms_norm(total, tuple(weight.shape), weight, eps), total
-'''
-
-
-def _dtype_kw(case: Case) -> str:
-    dtype = case.opt("dtype")
-    return f"torch.{dtype}" if dtype else "None"
+# Each op's spec (catalogue.OpSpec.repro_call) gives one expression over `args` (the tensors,
+# layouts applied), `lengths` (rows per sample) and the case's options; tests check it against
+# catalogue.OPS[op].call bit for bit.
 
 
 def call_source(case: Case) -> tuple[str, str]:
     """(definitions, expression) computing the op's output(s) from ``args`` and ``lengths``."""
-    op, entry = case.op, case.entry
-    if op == "mm":
-        return "", "args[0].mm(args[1])" if entry == "Tensor.mm" else "torch.mm(args[0], args[1])"
-    if op == "matmul":
-        return "", "args[0] @ args[1]" if entry == "operator.matmul" else "torch.matmul(*args)"
-    if op == "bmm":
-        return "", "torch.bmm(args[0], args[1])"
-    if op == "addmm":
-        beta, alpha = case.opt("beta", 1), case.opt("alpha", 1)
-        return "", f"torch.addmm(args[0], args[1], args[2], beta={beta!r}, alpha={alpha!r})"
-    if op == "linear":
-        return "", "F.linear(*args)"
-    if op in ("sum", "mean"):
-        kwargs = []
-        if case.opt("dim") is not None:
-            kwargs += [f"dim={case.opt('dim')!r}", f"keepdim={case.opt('keepdim', False)!r}"]
-        if case.opt("dtype"):
-            kwargs.append(f"dtype={_dtype_kw(case)}")
-        joined = ", ".join(kwargs)
-        if entry.startswith("Tensor."):
-            return "", f"args[0].{op}({joined})"
-        return "", f"torch.{op}(args[0]{', ' if joined else ''}{joined})"
-    if op in ("softmax", "log_softmax"):
-        dim, dtype = case.opt("dim", -1), _dtype_kw(case)
-        if entry.startswith("Tensor."):
-            return "", f"args[0].{op}({dim!r}, dtype={dtype})"
-        if entry.startswith("F."):
-            return "", f"F.{op}(args[0], dim={dim!r}, dtype={dtype})"
-        return "", f"torch.{op}(args[0], {dim!r}, dtype={dtype})"
-    if op == "rms_norm":
-        return "", f"F.rms_norm(args[0], (args[0].shape[-1],), args[1], eps={case.opt('eps')!r})"
-    if op == "silu":
-        return "", "F.silu(args[0])"
-    if op == "add_rms_norm":
-        from .catalogue import _eps
+    from .catalogue import OPS
 
-        module, _, attr = entry.rpartition(".")
-        if module == "bi_props.ops":
-            definition = _STOCK_ADD_RMS_NORM
-        else:
-            definition = f"from {module} import {attr} as add_rms_norm\n"
-        expr = f"(lambda y, *rest: (y, rest[-1]))(*add_rms_norm(*args, {_eps(case)!r}))"
-        return definition, expr
-    raise NotImplementedError(
-        f"no standalone reproducer for op {op!r} yet: re-run the case with bi_props instead"
-    )
+    spec = OPS.get(case.op)
+    if spec is None or spec.repro_call is None:
+        raise NotImplementedError(
+            f"no standalone reproducer for op {case.op!r} yet: re-run the case with bi_props "
+            f"instead"
+        )
+    return spec.repro_call(case)
 
 
 # -- the script ---------------------------------------------------------------------------------

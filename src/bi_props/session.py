@@ -190,6 +190,9 @@ class Session:
         printer.text(repr(self))
 
     def __post_init__(self) -> None:
+        from .targets.module import declare_ops
+
+        declare_ops(self.target)  # a module target's EXTRA_OPS, before any case is drawn
         self.runner = Runner(
             self.target,
             example_timeout_s=self.space.example_timeout_s,

@@ -25,6 +25,21 @@ PROFILES = ("cpu", "ci", "dev", "ascend", "cuda", "nightly")
 OPT_IN_OPS = ("engine",)
 """Catalogue ops explored only where a space names them in ``[ops] include`` (a real engine)."""
 DEFAULT_OPS = tuple(op for op in OPS if op not in OPT_IN_OPS)
+"""The built-in ops a space explores by default; registered ops (a target's EXTRA_OPS) are
+added to a parsed space's default (``default_ops``)."""
+
+
+def default_ops() -> tuple[str, ...]:
+    """Every op registered now but the opt-in ones: the built-in ones, then users'."""
+    return tuple(op for op in OPS if op not in OPT_IN_OPS)
+
+
+def _unknown_ops_hint() -> str:
+    """Why a target module's own ops may be missing (its EXTRA_OPS could not be read)."""
+    from .targets.module import _DECLARED
+
+    problems = [f"{spec}: {why}" for spec, why in _DECLARED.items() if why]
+    return f" (EXTRA_OPS not read from target module {'; '.join(problems)})" if problems else ""
 
 
 class SpaceError(ValueError):
@@ -142,13 +157,24 @@ def parse(data: dict[str, Any], source: str, profile: str) -> Space:
     """Validate a decoded TOML document into a Space."""
     fields: dict[str, Any] = {"source": source, "profile": profile}
     op_dim: dict[str, Extent] = {}
+    target = (
+        data.get("profile", {}).get("target") if isinstance(data.get("profile"), dict) else None
+    )
+    if isinstance(target, str):  # a third-party target's own ops (EXTRA_OPS) count from here on
+        from .targets.module import declare_ops
+
+        declare_ops(target)
     for section, body in data.items():
         if section == "op":
             if not isinstance(body, dict):
                 raise _fail(source, "op", "expected tables like [op.mm]")
             for op, table in body.items():
                 if op not in OPS:
-                    raise _fail(source, f"op.{op}", f"unknown op; the catalogue has {list(OPS)}")
+                    raise _fail(
+                        source,
+                        f"op.{op}",
+                        f"unknown op; the catalogue has {list(OPS)}{_unknown_ops_hint()}",
+                    )
                 if not isinstance(table, dict) or set(table) - {"dim"}:
                     raise _fail(source, f"op.{op}", "only 'dim = { min, max }' may be set here")
                 if "dim" in table:
@@ -198,10 +224,13 @@ def parse(data: dict[str, Any], source: str, profile: str) -> Space:
         raise _fail(source, "batch.companion_rows", "min must be >= 1")
     if ("batch", "max_companions") in fields and space["max_companions"] < 1:
         raise _fail(source, "batch.max_companions", "must be at least 1")
-    include = fields.get(("ops", "include"), list(DEFAULT_OPS))
+    include = fields.get(("ops", "include"), list(default_ops()))
     exclude = fields.get(("ops", "exclude"), [])
-    ops = _choices(source, "ops.include", include, tuple(OPS))
-    _choices(source, "ops.exclude", exclude or [ops[0]], tuple(OPS))
+    try:
+        ops = _choices(source, "ops.include", include, tuple(OPS))
+        _choices(source, "ops.exclude", exclude or [ops[0]], tuple(OPS))
+    except SpaceError as exc:
+        raise SpaceError(f"{exc}{_unknown_ops_hint()}") from None
     space["ops"] = tuple(o for o in ops if o not in exclude)
     if not space["ops"]:
         raise _fail(source, "ops.exclude", "excludes every op")

@@ -9,12 +9,13 @@ of 16 +- 1), where batch-variant kernels switch algorithms.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 
 from hypothesis import strategies as st
 
 from .case import Batch, Case, Companion
-from .catalogue import ENGINE_VOCAB, OPS, OpInfo, out_dtype
+from .catalogue import ENGINE_MAX_COMPANIONS, ENGINE_MAX_TOKENS, OPS, OpSpec, out_dtype
 from .space import Extent, Space
 
 PROPERTIES = (
@@ -40,10 +41,6 @@ _VALUES_FOR = {
 }
 
 SEEDS = st.integers(min_value=0, max_value=2**32 - 1)
-# The engine op: prompts of 1..24 tokens, a needle and at most 7 companion prompts (the engine is
-# built with max_num_seqs=16 and max_model_len=128).
-ENGINE_MAX_TOKENS = 24
-ENGINE_MAX_COMPANIONS = 7
 
 
 def boundary_values(extent: Extent, boundaries: tuple[int, ...]) -> list[int]:
@@ -98,97 +95,71 @@ def _clip(extent: Extent, low: int | None = None, high: int | None = None) -> Ex
     return Extent(lo, max(lo, hi))
 
 
-def _op_shape_and_options(draw: st.DrawFn, space: Space, op: OpInfo, prop: str) -> tuple:
-    """Draw ``(shape, options)`` for one op. The first shape entry is the needle's rows."""
+@dataclass(frozen=True)
+class ShapeContext:
+    """What an op's ``draw_shape(draw, ctx)`` and ``companion_rows(ctx)`` get from the space.
+
+    ``rows``: the needle's rows (a few for batch invariance: the companions supply the large M);
+    ``dim``: the op's extent strategy (``Space.dim_for``), biased toward tile edges; ``small``:
+    the same clipped to 64 (inner dims of rank-3 inputs); ``dim_extent``: the extent itself.
+    ``choice``, ``integers``, ``extents`` (tile-edge biased, shrinks toward min), ``clip`` and
+    ``booleans`` build strategies; ``option(name)`` samples the spec's ``option_choices[name]``.
+    Strategies are cached: building one costs nothing and draws nothing."""
+
+    space: Space
+    spec: OpSpec
+    prop: str
+    rows: st.SearchStrategy[int]
+    dim: st.SearchStrategy[int]
+    small: st.SearchStrategy[int]
+    dim_extent: Extent
+
+    @property
+    def boundaries(self) -> tuple[int, ...]:
+        return self.space.boundaries
+
+    @staticmethod
+    def choice(options: tuple) -> st.SearchStrategy:
+        return choice(tuple(options))
+
+    @staticmethod
+    def integers(low: int, high: int) -> st.SearchStrategy[int]:
+        return integers(low, high)
+
+    @staticmethod
+    def booleans() -> st.SearchStrategy[bool]:
+        return st.booleans()
+
+    @staticmethod
+    def clip(extent: Extent, low: int | None = None, high: int | None = None) -> Extent:
+        return _clip(extent, low, high)
+
+    def extents(
+        self, extent: Extent, boundaries: tuple[int, ...] | None = None
+    ) -> st.SearchStrategy[int]:
+        return extents(extent, self.space.boundaries if boundaries is None else boundaries)
+
+    def option(self, name: str) -> st.SearchStrategy:
+        return choice(tuple(self.spec.option_choices[name]))
+
+
+def shape_context(space: Space, op: OpSpec, prop: str) -> ShapeContext:
     dim = space.dim_for(op.name)
     b = space.boundaries
     rows = extents(space.rows, b)
     if prop == "batch_invariance":
         # A needle is a few rows; the batch's companions supply the large M.
         rows = integers(space.rows.min, min(space.rows.max, max(space.rows.min, 4)))
-    d = extents(dim, b)
     small = extents(_clip(dim, high=64), b)
-    options: dict = {}
-    name = op.name
-    if name in ("mm", "addmm", "linear") or (name == "matmul"):
-        if name == "matmul":
-            options["form"] = draw(choice(tuple(op.option_choices["form"])))
-        if name == "addmm":
-            options["beta"] = draw(choice(tuple(op.option_choices["beta"])))
-            options["alpha"] = draw(choice(tuple(op.option_choices["alpha"])))
-            options["bias"] = draw(choice(tuple(op.option_choices["bias"])))
-        if name == "linear":
-            options["bias"] = draw(st.booleans().map(lambda x: not x))
-            options["form"] = draw(choice(tuple(op.option_choices["form"])))
-        form = options.get("form", "2d")
-        if form == "vector":
-            return (draw(rows), draw(d)), options
-        if form in ("batched", "broadcast"):
-            return (draw(rows), draw(integers(1, 8)), draw(d), draw(d)), options
-        if form == "3d":
-            return (draw(rows), draw(integers(1, 8)), draw(d), draw(d)), options
-        return (draw(rows), draw(d), draw(d)), options
-    if name == "bmm":
-        return (draw(rows), draw(small), draw(d), draw(d)), options
-    if name in ("sum", "mean"):
-        batch = prop == "batch_invariance"
-        rank = draw(integers(2 if batch else 1, 3))
-        shape = (draw(rows), *(draw(small if rank == 3 else d) for _ in range(rank - 1)))
-        choices: list = [-1, rank - 1]
-        if rank == 3:
-            choices += [1, (1, 2), (-2,)]
-        if not batch:
-            choices += [None, 0, tuple(range(rank))]
-        options["dim"] = draw(choice(tuple(choices)))
-        if options["dim"] is not None:
-            options["keepdim"] = draw(st.booleans())
-        options["dtype"] = draw(choice(tuple([None, "float32"])))
-        return shape, options
-    if name in ("softmax", "log_softmax"):
-        rank = draw(integers(2, 3))
-        shape = (draw(rows), *(draw(small if rank == 3 else d) for _ in range(rank - 1)))
-        dims = [*range(1, rank), -1]
-        if prop != "batch_invariance":
-            dims.append(0)
-        options["dim"] = draw(choice(tuple(sorted(set(dims), key=lambda x: (x != -1, x)))))
-        options["dtype"] = draw(choice(tuple([None, "float32"])))
-        return shape, options
-    if name == "silu":
-        return (draw(rows), draw(d)), options
-    if name == "probe_model":
-        length = integers(2 if prop == "decode" else 1, max(2, min(space.attention_length.max, 12)))
-        if prop == "decode":
-            options["mode"] = "decode"
-        kv_heads = draw(choice((1, 2)))
-        heads = kv_heads * draw(choice((1, 2)))
-        head_dim = draw(choice((8, 16)))
-        vocab = draw(choice((16, 64, 257)))
-        return (
-            draw(length),
-            draw(choice((1, 2))),
-            heads,
-            kv_heads,
-            head_dim,
-            vocab,
-            draw(choice((16, 48))),
-        ), options
-    if name == "engine":
-        # One prompt of 1..24 tokens (within the space's rows) of the tiny model's vocabulary.
-        tokens = _clip(space.rows, high=ENGINE_MAX_TOKENS)
-        return (draw(integers(tokens.min, tokens.max)), ENGINE_VOCAB), options
-    if name in ("rms_norm", "add_rms_norm"):
-        if name == "rms_norm":
-            options["eps"] = draw(choice(tuple([None, 1e-6])))
-        return (draw(rows), draw(extents(_clip(dim, low=1), b))), options
-    if name == "attention":
-        length = extents(space.attention_length, b)
-        if prop == "batch_invariance":
-            length = integers(space.attention_length.min, min(space.attention_length.max, 8))
-        kv_heads = draw(choice(tuple([1, 2])))
-        heads = kv_heads * draw(choice(tuple([1, 2, 4])))
-        head_dim = draw(choice(tuple(space.head_dims)))
-        return (draw(length), heads, kv_heads, head_dim), options
-    raise AssertionError(f"no shape strategy for op {name!r}")  # pragma: no cover
+    return ShapeContext(space, op, prop, rows, extents(dim, b), small, dim)
+
+
+def _op_shape_and_options(draw: st.DrawFn, space: Space, op: OpSpec, prop: str) -> tuple:
+    """Draw ``(shape, options)`` for one op: its spec's ``draw_shape``."""
+    if op.draw_shape is None:
+        raise ValueError(f"op {op.name!r} has no draw_shape: its spec cannot be explored")
+    shape, options = op.draw_shape(draw, shape_context(space, op, prop))
+    return tuple(shape), dict(options)
 
 
 @lru_cache(maxsize=1024)
@@ -198,21 +169,17 @@ def _companions(rows: st.SearchStrategy[int], max_companions: int) -> st.SearchS
     )
 
 
-def _batch(draw: st.DrawFn, space: Space, op: OpInfo) -> Batch:
-    if op.name == "attention":
-        rows = extents(space.attention_length, space.boundaries)
-    elif op.name == "probe_model":
-        rows = integers(1, max(1, min(space.attention_length.max, 24)))
-    elif op.name == "bmm" or (op.name == "matmul"):
-        rows = integers(1, min(space.companion_rows.max, 16))
-    elif op.name == "engine":
-        tokens = _clip(space.companion_rows, high=ENGINE_MAX_TOKENS)
-        rows = integers(tokens.min, tokens.max)
+def _batch(draw: st.DrawFn, space: Space, op: OpSpec, prop: str = "batch_invariance") -> Batch:
+    """Companions of the needle: the spec's ``companion_rows(ctx)`` (default: the space's
+    companion rows, tile-edge biased), at most ``max_companions`` (the space's, capped by the
+    spec's)."""
+    if op.companion_rows is not None:
+        rows = op.companion_rows(shape_context(space, op, prop))
     else:
         rows = extents(space.companion_rows, space.boundaries)
     most = space.max_companions
-    if op.name == "engine":
-        most = min(most, ENGINE_MAX_COMPANIONS)
+    if op.max_companions is not None:
+        most = min(most, op.max_companions)
     companions = draw(_companions(rows, most))
     position = draw(integers(0, len(companions)))
     return Batch(position=position, companions=tuple(companions))
@@ -243,9 +210,18 @@ def cases(
         # No integer range keeps every partial result exact here: fall back, deterministically.
         case = Case(op, entry, dtype, shape, layouts, "general", seed, options)
     if prop in BATCHED:
-        batch = _batch(draw, space, info)
+        batch = _batch(draw, space, info, prop)
         case = case.with_batch(batch)
     return case
 
 
-__all__ = ["PROPERTIES", "boundary_values", "cases", "extents", "out_dtype"]
+__all__ = [
+    "ENGINE_MAX_COMPANIONS",
+    "ENGINE_MAX_TOKENS",
+    "PROPERTIES",
+    "ShapeContext",
+    "boundary_values",
+    "cases",
+    "extents",
+    "out_dtype",
+]

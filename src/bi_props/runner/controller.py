@@ -187,6 +187,11 @@ class Worker(_Channel):
             del env[SWITCH_ENV]
         env["BI_PROPS_TARGET"] = self.target
         env["BI_PROPS_SWITCH"] = self.switch
+        from ..targets.module import OP_MODULES_ENV, declared_modules
+
+        modules = declared_modules()  # the controller's registered EXTRA_OPS: the worker's too
+        if modules:
+            env[OP_MODULES_ENV] = ",".join(modules)
         env.setdefault("PYTHONUNBUFFERED", "1")
         # The worker must import the same bi_props as the controller, installed or not.
         package_root = str(Path(__file__).resolve().parents[2])

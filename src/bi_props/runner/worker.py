@@ -236,8 +236,11 @@ def _load(target_spec: str, switch: str):
             triton_compat.install_from_env()
         except ValueError as exc:
             raise TargetBroken(str(exc)) from None
+        from bi_props.targets.module import declare_from_environment
+
+        declare_from_environment(target_spec)  # other targets' EXTRA_OPS, before any op lookup
         target = resolve(target_spec)
-        target.check()
+        target.check()  # a module target registers its own EXTRA_OPS here
         target.activate()
         hello = Hello(
             target=target_spec,

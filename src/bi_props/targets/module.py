@@ -10,7 +10,15 @@ The interface a library exposes (documented in the README):
 - optionally ``PRECISION``: the kernels' internal (accumulation) precision, one of "float32",
   "bfloat16", "float16", "output" (the output's own dtype), as one string or ``{op: precision}``
   (ops not named: "float32"). With the switch off the library's kernels are not installed and
-  stock PyTorch's declaration applies.
+  stock PyTorch's declaration applies;
+- optionally ``EXTRA_OPS``: a list of ``bi_props.OpSpec``, the library's own ops (``OPS`` may
+  name them). They are registered (``register_op``) wherever the module is loaded: in the
+  controller before the search space is validated and cases are drawn (``declare_ops``: the
+  module is imported there, never enabled), and in every worker before the target is checked;
+- optionally ``ENTRIES`` (``{op: (entry, ...)}``) or ``entries()`` returning it: entry points
+  that replace an op's own in this target (what its users call);
+- optionally ``evidence(op) -> {check: bool}``: identity checks (is the swapped function in
+  place?) counted as routing evidence, beside the profiler's or the dispatcher's.
 
 A module in the thinking-machines ``batch_invariant_ops`` style is accepted with no glue:
 ``enable_batch_invariant_mode()`` / ``disable_batch_invariant_mode()`` or a
@@ -33,7 +41,7 @@ import importlib
 import os
 from typing import Any
 
-from ..catalogue import OPS, PRECISIONS
+from ..catalogue import OPS, PRECISIONS, OpSpec, register_op
 from .base import Target, TargetBroken, TargetMissing, stock_precision, switch_requested
 
 # What thinking-machines' batch_invariant_ops overrides (aten::mm, addmm, _log_softmax, mean.dim).
@@ -82,6 +90,68 @@ def registration_root(path: str | None) -> str | None:
     return directory
 
 
+OP_MODULES_ENV = "BI_PROPS_OP_MODULES"
+"""Target modules whose EXTRA_OPS the controller registered: each worker registers them too (a
+campaign over several targets draws every target's ops for each)."""
+
+_DECLARED: dict[str, str | None] = {}
+
+
+def register_extra_ops(spec: str, obj: Any) -> tuple[str, ...]:
+    """Register ``obj.EXTRA_OPS`` (a list of OpSpec); TargetBroken on anything wrong with them."""
+    extra = getattr(obj, "EXTRA_OPS", ())
+    try:
+        specs = list(extra)
+    except TypeError:
+        raise TargetBroken(
+            f"target {spec!r}: EXTRA_OPS must be a list of bi_props.OpSpec, got {extra!r}"
+        ) from None
+    names = []
+    for op in specs:
+        if not isinstance(op, OpSpec):
+            raise TargetBroken(
+                f"target {spec!r}: EXTRA_OPS holds {op!r}, not a bi_props.OpSpec; see docs/ops.md"
+            )
+        try:
+            register_op(op)
+        except ValueError as exc:
+            raise TargetBroken(f"target {spec!r}: EXTRA_OPS: {exc}") from None
+        names.append(op.name)
+    return tuple(names)
+
+
+def declare_ops(spec: str) -> str | None:
+    """Register a third-party target's EXTRA_OPS in this process (once per spec); built-in
+    targets declare none. Returns None, or why the module's ops could not be read (the worker
+    reports the same problem as a missing or broken target)."""
+    from . import BUILTIN
+
+    if spec in BUILTIN:
+        return None
+    if spec not in _DECLARED:
+        try:
+            register_extra_ops(spec, _load(spec))
+            _DECLARED[spec] = None
+        except (TargetMissing, TargetBroken) as exc:
+            _DECLARED[spec] = str(exc)
+    return _DECLARED[spec]
+
+
+def declared_modules() -> tuple[str, ...]:
+    """The target modules whose EXTRA_OPS this process registered (for the workers' environment)."""
+    return tuple(s for s, problem in _DECLARED.items() if problem is None)
+
+
+def declare_from_environment(own: str) -> None:
+    """In a worker: register the EXTRA_OPS of the modules the controller registered, except the
+    target's own (its ``check`` does that)."""
+    for spec in filter(None, os.environ.get(OP_MODULES_ENV, "").split(",")):
+        if spec != own:
+            problem = declare_ops(spec)
+            if problem is not None:
+                raise TargetBroken(f"the ops of target module {spec!r} cannot be loaded: {problem}")
+
+
 class ModuleTarget(Target):
     """Adapter from the documented module interface (or the thinking-machines style)."""
 
@@ -108,12 +178,18 @@ class ModuleTarget(Target):
             )
         if has_enable and not hasattr(obj, "OPS"):
             raise TargetBroken(f"target {self._spec!r} has enable() but no OPS list")
+        register_extra_ops(self._spec, obj)  # before any op lookup: OPS may name them
+        _DECLARED.setdefault(self._spec, None)
         unknown = [op for op in getattr(obj, "OPS", ()) if op not in OPS]
         if unknown:
             raise TargetBroken(
                 f"target {self._spec!r}: OPS names unknown ops {unknown}; the catalogue has "
-                f"{list(OPS)}"
+                f"{list(OPS)} (an op of your own: declare it in EXTRA_OPS, see docs/ops.md)"
             )
+        entries = self._module_entries(obj)
+        bad = [op for op in entries if op not in OPS]
+        if bad:
+            raise TargetBroken(f"target {self._spec!r}: ENTRIES names unknown ops {bad}")
         self._obj = obj
         self.device = str(getattr(obj, "DEVICE", "cpu"))
         self.kernel_prefix = str(getattr(obj, "KERNEL_PREFIX", ""))
@@ -155,6 +231,18 @@ class ModuleTarget(Target):
 
     def routes(self) -> dict[str, tuple[str, ...]]:
         return {op: tuple(events) for op, events in dict(getattr(self._obj, "ROUTES", {})).items()}
+
+    def _module_entries(self, obj: Any) -> dict[str, tuple[str, ...]]:
+        declared = getattr(obj, "entries", None)
+        try:
+            table = declared() if callable(declared) else getattr(obj, "ENTRIES", {})
+            return {op: tuple(names) for op, names in dict(table).items()}
+        except Exception as exc:
+            raise TargetBroken(f"target {self._spec!r}: entries()/ENTRIES: {exc!r}") from None
+
+    def entries(self) -> dict[str, tuple[str, ...]]:
+        """The module's ``ENTRIES`` or ``entries()``: entry points replacing an op's own."""
+        return self._module_entries(self._obj)
 
     def environment(self) -> dict[str, str]:
         env = super().environment()
@@ -209,6 +297,19 @@ class ModuleTarget(Target):
         return path == root or path.startswith(root + os.sep)
 
     def evidence(self, op: str) -> dict[str, bool]:
+        """The module's own ``evidence(op)`` (identity checks), if it has one, and for
+        prefix-less modules the dispatcher's: per aten op on ``op``'s paths, is its kernel
+        the module's?"""
+        own = getattr(self._obj, "evidence", None)
+        checks: dict[str, bool] = {}
+        if callable(own):
+            try:
+                checks = {str(k): bool(v) for k, v in dict(own(op) or {}).items()}
+            except Exception as exc:  # a failing check, not a crash of the run
+                checks = {f"{self._spec}.evidence({op!r}) raised {exc!r}": False}
+        return {**checks, **self._dispatcher_evidence(op)}
+
+    def _dispatcher_evidence(self, op: str) -> dict[str, bool]:
         """Prefix-less modules only: per aten op on ``op``'s paths, is the dispatcher's kernel
         the module's? Enabled: the ones that are (or, if none, the op's own aten entry as
         False, which fails routing). Disabled: all of them (any True is a switch leak)."""

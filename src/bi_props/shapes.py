@@ -1,0 +1,158 @@
+"""The built-in ops' shape-and-option strategies: one ``draw_shape(draw, ctx)`` per op.
+
+Each function draws ``(shape, options)`` for one case; the first shape entry is the needle's rows.
+``ctx`` is a ``strategies.ShapeContext``: the space-derived strategies (``rows``, ``dim``,
+``small``), the property, the space and the helpers (``choice``, ``integers``, ``extents``,
+``clip``, ``booleans``, ``option``). The catalogue's specs reference these functions lazily
+(this module imports Hypothesis; the catalogue must not). A user op's ``draw_shape`` has the same
+signature.
+
+The order of the draws is part of the contract: Hypothesis' shrinking and derandomized CI runs
+replay choice sequences, so a reordering changes every drawn case.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import strategies as st
+
+from .catalogue import ENGINE_MAX_TOKENS, ENGINE_VOCAB
+
+Shape = tuple[tuple[int, ...], dict[str, Any]]
+
+
+def _product(draw: Any, ctx: Any, options: dict[str, Any]) -> Shape:
+    form = options.get("form", "2d")
+    rows, d = ctx.rows, ctx.dim
+    if form == "vector":
+        return (draw(rows), draw(d)), options
+    if form in ("batched", "broadcast", "3d"):
+        return (draw(rows), draw(ctx.integers(1, 8)), draw(d), draw(d)), options
+    return (draw(rows), draw(d), draw(d)), options
+
+
+def mm(draw: Any, ctx: Any) -> Shape:
+    return _product(draw, ctx, {})
+
+
+def matmul(draw: Any, ctx: Any) -> Shape:
+    return _product(draw, ctx, {"form": draw(ctx.option("form"))})
+
+
+def addmm(draw: Any, ctx: Any) -> Shape:
+    options = {"beta": draw(ctx.option("beta"))}
+    options["alpha"] = draw(ctx.option("alpha"))
+    options["bias"] = draw(ctx.option("bias"))
+    return _product(draw, ctx, options)
+
+
+def linear(draw: Any, ctx: Any) -> Shape:
+    options = {"bias": draw(st.booleans().map(lambda x: not x))}
+    options["form"] = draw(ctx.option("form"))
+    return _product(draw, ctx, options)
+
+
+def bmm(draw: Any, ctx: Any) -> Shape:
+    return (draw(ctx.rows), draw(ctx.small), draw(ctx.dim), draw(ctx.dim)), {}
+
+
+def reduction(draw: Any, ctx: Any) -> Shape:
+    """sum and mean: rank 1-3 (2-3 for batch invariance: a full sum has no rows), a dim."""
+    options: dict[str, Any] = {}
+    batch = ctx.prop == "batch_invariance"
+    rank = draw(ctx.integers(2 if batch else 1, 3))
+    shape = (draw(ctx.rows), *(draw(ctx.small if rank == 3 else ctx.dim) for _ in range(rank - 1)))
+    choices: list = [-1, rank - 1]
+    if rank == 3:
+        choices += [1, (1, 2), (-2,)]
+    if not batch:
+        choices += [None, 0, tuple(range(rank))]
+    options["dim"] = draw(ctx.choice(tuple(choices)))
+    if options["dim"] is not None:
+        options["keepdim"] = draw(st.booleans())
+    options["dtype"] = draw(ctx.choice(tuple([None, "float32"])))
+    return shape, options
+
+
+def softmax(draw: Any, ctx: Any) -> Shape:
+    """softmax and log_softmax: rank 2-3, any dim but the rows' for batch invariance."""
+    options: dict[str, Any] = {}
+    rank = draw(ctx.integers(2, 3))
+    shape = (draw(ctx.rows), *(draw(ctx.small if rank == 3 else ctx.dim) for _ in range(rank - 1)))
+    dims = [*range(1, rank), -1]
+    if ctx.prop != "batch_invariance":
+        dims.append(0)
+    options["dim"] = draw(ctx.choice(tuple(sorted(set(dims), key=lambda x: (x != -1, x)))))
+    options["dtype"] = draw(ctx.choice(tuple([None, "float32"])))
+    return shape, options
+
+
+def rows_by_dim(draw: Any, ctx: Any) -> Shape:
+    """(m, n): silu."""
+    return (draw(ctx.rows), draw(ctx.dim)), {}
+
+
+def rms_norm(draw: Any, ctx: Any) -> Shape:
+    options = {"eps": draw(ctx.choice(tuple([None, 1e-6])))}
+    return (draw(ctx.rows), draw(ctx.extents(ctx.clip(ctx.dim_extent, low=1)))), options
+
+
+def add_rms_norm(draw: Any, ctx: Any) -> Shape:
+    return (draw(ctx.rows), draw(ctx.extents(ctx.clip(ctx.dim_extent, low=1)))), {}
+
+
+def attention(draw: Any, ctx: Any) -> Shape:
+    space = ctx.space
+    length = ctx.extents(space.attention_length)
+    if ctx.prop == "batch_invariance":
+        length = ctx.integers(space.attention_length.min, min(space.attention_length.max, 8))
+    kv_heads = draw(ctx.choice(tuple([1, 2])))
+    heads = kv_heads * draw(ctx.choice(tuple([1, 2, 4])))
+    head_dim = draw(ctx.choice(tuple(space.head_dims)))
+    return (draw(length), heads, kv_heads, head_dim), {}
+
+
+def attention_companions(ctx: Any) -> Any:
+    return ctx.extents(ctx.space.attention_length)
+
+
+def probe_model(draw: Any, ctx: Any) -> Shape:
+    options: dict[str, Any] = {}
+    space, prop = ctx.space, ctx.prop
+    length = ctx.integers(2 if prop == "decode" else 1, max(2, min(space.attention_length.max, 12)))
+    if prop == "decode":
+        options["mode"] = "decode"
+    kv_heads = draw(ctx.choice((1, 2)))
+    heads = kv_heads * draw(ctx.choice((1, 2)))
+    head_dim = draw(ctx.choice((8, 16)))
+    vocab = draw(ctx.choice((16, 64, 257)))
+    return (
+        draw(length),
+        draw(ctx.choice((1, 2))),
+        heads,
+        kv_heads,
+        head_dim,
+        vocab,
+        draw(ctx.choice((16, 48))),
+    ), options
+
+
+def probe_model_companions(ctx: Any) -> Any:
+    return ctx.integers(1, max(1, min(ctx.space.attention_length.max, 24)))
+
+
+def small_companions(ctx: Any) -> Any:
+    """bmm and matmul: companions of at most 16 rows (each row is a whole matrix or more)."""
+    return ctx.integers(1, min(ctx.space.companion_rows.max, 16))
+
+
+def engine(draw: Any, ctx: Any) -> Shape:
+    # One prompt of 1..24 tokens (within the space's rows) of the tiny model's vocabulary.
+    tokens = ctx.clip(ctx.space.rows, high=ENGINE_MAX_TOKENS)
+    return (draw(ctx.integers(tokens.min, tokens.max)), ENGINE_VOCAB), {}
+
+
+def engine_companions(ctx: Any) -> Any:
+    tokens = ctx.clip(ctx.space.companion_rows, high=ENGINE_MAX_TOKENS)
+    return ctx.integers(tokens.min, tokens.max)
