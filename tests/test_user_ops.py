@@ -182,12 +182,16 @@ def test_a_space_may_name_a_target_modules_ops(registry, tmp_path: Path) -> None
     bad.write_text('[ops]\ninclude = ["silu_and_mul", "nope"]\n')
     with pytest.raises(SpaceError, match=r"key 'ops.include': unknown \['nope'\]"):
         load(bad)
+    from bi_props.targets.module import declare_ops
+
+    declare_ops("another_missing_kernels")  # failed earlier in this process: no reason here
     missing = tmp_path / "missing.toml"
     missing.write_text('[profile]\ntarget = "no_such_kernels"\n[ops]\ninclude = ["gated9"]\n')
     with pytest.raises(SpaceError) as info:
         load(missing)
     assert "unknown ['gated9']" in str(info.value)
     assert "EXTRA_OPS not read from target module no_such_kernels" in str(info.value)
+    assert "another_missing_kernels" not in str(info.value)
 
 
 def test_the_user_ops_draw_shape_gives_valid_cases(registry) -> None:

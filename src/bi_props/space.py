@@ -34,11 +34,17 @@ def default_ops() -> tuple[str, ...]:
     return tuple(op for op in OPS if op not in OPT_IN_OPS)
 
 
-def _unknown_ops_hint() -> str:
-    """Why a target module's own ops may be missing (its EXTRA_OPS could not be read)."""
+def _unknown_ops_hint(target: Any = None) -> str:
+    """Why a target module's own ops may be missing (its EXTRA_OPS could not be read): the
+    space's own ``[profile] target`` where it names one (other modules this process failed to
+    read earlier are no reason here), else every module that could not be read."""
     from .targets.module import _DECLARED
 
-    problems = [f"{spec}: {why}" for spec, why in _DECLARED.items() if why]
+    problems = [
+        f"{spec}: {why}"
+        for spec, why in _DECLARED.items()
+        if why and (not isinstance(target, str) or spec == target)
+    ]
     return f" (EXTRA_OPS not read from target module {'; '.join(problems)})" if problems else ""
 
 
@@ -173,7 +179,7 @@ def parse(data: dict[str, Any], source: str, profile: str) -> Space:
                     raise _fail(
                         source,
                         f"op.{op}",
-                        f"unknown op; the catalogue has {list(OPS)}{_unknown_ops_hint()}",
+                        f"unknown op; the catalogue has {list(OPS)}{_unknown_ops_hint(target)}",
                     )
                 if not isinstance(table, dict) or set(table) - {"dim"}:
                     raise _fail(source, f"op.{op}", "only 'dim = { min, max }' may be set here")
@@ -230,7 +236,7 @@ def parse(data: dict[str, Any], source: str, profile: str) -> Space:
         ops = _choices(source, "ops.include", include, tuple(OPS))
         _choices(source, "ops.exclude", exclude or [ops[0]], tuple(OPS))
     except SpaceError as exc:
-        raise SpaceError(f"{exc}{_unknown_ops_hint()}") from None
+        raise SpaceError(f"{exc}{_unknown_ops_hint(target)}") from None
     space["ops"] = tuple(o for o in ops if o not in exclude)
     if not space["ops"]:
         raise _fail(source, "ops.exclude", "excludes every op")
