@@ -671,6 +671,11 @@ def _rms_norm_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequenc
     import torch
 
     x, w = args
+    if entry != "F.rms_norm":  # a target's own entry point (e.g. vLLM's _C kernel): (x, w, eps)
+        import importlib
+
+        module_name, _, attr = entry.rpartition(".")
+        return getattr(importlib.import_module(module_name), attr)(x, w, case.opt("eps"))
     return torch.nn.functional.rms_norm(x, (x.shape[-1],), w, eps=case.opt("eps"))
 
 
@@ -1232,6 +1237,11 @@ def _softmax_repro(case: Case) -> tuple[str, str]:
 
 
 def _rms_norm_repro(case: Case) -> tuple[str, str]:
+    if case.entry != "F.rms_norm":
+        module, _, attr = case.entry.rpartition(".")
+        return f"from {module} import {attr} as rms_norm\n", (
+            f"rms_norm(args[0], args[1], {case.opt('eps')!r})"
+        )
     return "", f"F.rms_norm(args[0], (args[0].shape[-1],), args[1], eps={case.opt('eps')!r})"
 
 
