@@ -64,6 +64,7 @@ status=0
 BI_PROPS_REQUIRE_VLLM=1 python -m pytest tests/test_vllm_target.py -q -p no:cacheprovider \
     || status=1
 python -m pytest tests/vllm_lane/lane_vllm_on_cpu.py -q -p no:cacheprovider || status=1
+python -m pytest tests/vllm_lane/lane_vllm_ops.py -q -p no:cacheprovider || status=1
 python -m pytest tests/vllm_lane/lane_engine.py -q -p no:cacheprovider || status=1
 verl_start=$(date +%s)
 python -m pytest tests/vllm_lane/lane_verl_switch.py -q -p no:cacheprovider || status=1

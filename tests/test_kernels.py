@@ -21,7 +21,15 @@ import torch.nn.functional as F
 
 import bi_props
 import bi_props.ops as ops
-from bi_props.targets.kernels import attention, linalg, normalization, primitives, reductions
+from bi_props.targets.kernels import (
+    activation,
+    attention,
+    gather,
+    linalg,
+    normalization,
+    primitives,
+    reductions,
+)
 
 SIZES = (1, 2, 3, 16, 17, 64, 65, 300, 1000)
 U32 = 2.0**-24
@@ -407,7 +415,7 @@ def test_kernels_avoid_banned_calls() -> None:
         "scaled_dot_product_attention",
     }  # fmt: skip
     found = []
-    for module in (primitives, linalg, reductions, normalization, attention):
+    for module in (primitives, linalg, reductions, normalization, attention, activation, gather):
         for node in ast.walk(ast.parse(inspect.getsource(module))):
             if isinstance(node, ast.BinOp) and isinstance(node.op, ast.MatMult):
                 found.append(f"{module.__name__}:{node.lineno} @")
@@ -563,7 +571,12 @@ from bi_props.targets.kernels import activation, attention
 from bi_props.targets.kernels import linalg as L, normalization as N, reductions as R
 from bi_props.targets.kernels.register import KERNEL_PREFIX, ROUTES, install
 
-stock_ops = (ops.add_rms_norm, ops.varlen_attention)
+stock_ops = {
+    n: getattr(ops, n)
+    for n in (
+        "add_rms_norm", "varlen_attention", "silu_and_mul", "gelu_and_mul", "fused_add_rms_norm"
+    )
+}  # fmt: skip
 with warnings.catch_warnings():
     warnings.simplefilter("error")  # the override notice must not leak out of install()
     install()
@@ -658,9 +671,34 @@ entries = {
         "varlen_attention",
         lambda: attention.varlen_attention(q, k, kv, cu, 0.3, True),
     ),
+    "ops.silu_and_mul": (
+        lambda: ops.silu_and_mul(xb[:, :6]),
+        "silu_and_mul",
+        lambda: activation.silu_and_mul(xb[:, :6]),
+    ),
+    "ops.gelu_and_mul tanh": (
+        lambda: ops.gelu_and_mul(a[:, :6], "tanh"),
+        "gelu_and_mul",
+        lambda: activation.gelu_and_mul(a[:, :6], "tanh"),
+    ),
+    "ops.fused_add_rms_norm": (
+        lambda: ops.fused_add_rms_norm(a.clone(), A[0].clone(), w7, 1e-6)[0],
+        "fused_add_rms_norm",
+        lambda: N.add_rms_norm(a, A[0], w7, 1e-6)[0],
+    ),
+    "F.layer_norm": (
+        lambda: F.layer_norm(a, (7,), w7, w7, 1e-5),
+        "layer_norm",
+        lambda: N.layer_norm(a, [7], w7, w7, 1e-5),
+    ),
+    "F.embedding": (
+        lambda: F.embedding(torch.tensor([2, 0, 2]), a),
+        "embedding",
+        lambda: a[torch.tensor([2, 0, 2])],
+    ),
 }
 report = {
-    "swapped": [ops.add_rms_norm is not stock_ops[0], ops.varlen_attention is not stock_ops[1]],
+    "swapped": [getattr(ops, n) is not f for n, f in stock_ops.items()],
     "routes": {key: list(val) for key, val in ROUTES.items()},
     "entries": {},
 }
@@ -704,7 +742,7 @@ def install_report() -> dict:
 
 
 def test_install_swaps_composite_entry_points(install_report: dict) -> None:
-    assert install_report["swapped"] == [True, True]
+    assert install_report["swapped"] == [True] * 5
 
 
 def test_install_keeps_tensors_that_require_grad_working(install_report: dict) -> None:
@@ -725,7 +763,8 @@ def test_routes_cover_the_catalogue_ops(install_report: dict) -> None:
     routes = install_report["routes"]
     assert set(routes) == {
         "mm", "matmul", "bmm", "addmm", "linear", "sum", "mean", "softmax", "log_softmax",
-        "rms_norm", "silu", "add_rms_norm", "attention",
+        "rms_norm", "silu", "add_rms_norm", "attention", "silu_and_mul", "gelu_and_mul",
+        "fused_add_rms_norm", "layer_norm", "embedding",
     }  # fmt: skip
     seen = {e["want"] for e in install_report["entries"].values()}
     assert all(event in seen for events in routes.values() for event in events)

@@ -1,7 +1,8 @@
 """Users' own ops: ``bi_props.OpSpec``, ``register_op`` and a target module's ``EXTRA_OPS``.
 
 The worked example (docs/ops.md) is ``tests/user_ops/fused_gated.py``: SwiGLU's fused
-``silu_and_mul`` declared by a plain module outside bi_props, with a batch-invariant CPU kernel;
+``silu_and_mul`` (op ``my_silu_and_mul``) declared by a plain module outside bi_props, with a
+batch-invariant CPU kernel;
 ``fused_gated_buggy.py`` is its planted-bug twin (bf16 arithmetic above 16 rows). ``bi-props fuzz``
 must find and shrink the twin's bug and find nothing in the honest module.
 """
@@ -129,13 +130,13 @@ def test_an_incomplete_spec_is_refused_with_what_is_missing(registry) -> None:
 def test_extra_ops_are_registered_when_the_target_module_loads(registry) -> None:
     from bi_props.targets.module import ModuleTarget, declare_ops, declared_modules
 
-    catalogue.OPS.pop("silu_and_mul", None)
+    catalogue.OPS.pop("my_silu_and_mul", None)
     assert declare_ops("fused_gated_buggy") is None
-    assert "silu_and_mul" in catalogue.OPS and "fused_gated_buggy" in declared_modules()
+    assert "my_silu_and_mul" in catalogue.OPS and "fused_gated_buggy" in declared_modules()
     target = ModuleTarget("fused_gated_buggy")
     target.check()
-    assert target.covered() == ("silu_and_mul",)
-    assert target.entries() == {"silu_and_mul": ("fused_gated_buggy.silu_and_mul",)}
+    assert target.covered() == ("my_silu_and_mul",)
+    assert target.entries() == {"my_silu_and_mul": ("fused_gated_buggy.silu_and_mul",)}
     assert declare_ops("no_such_module_here").startswith("target module 'no_such_module_here'")
 
 
@@ -148,14 +149,14 @@ def test_workers_register_the_ops_the_controller_registered(registry, monkeypatc
     assert declare_ops("fused_gated") is None
     env = Worker("cpu", "enabled").environment()
     assert "fused_gated" in env[OP_MODULES_ENV].split(",")
-    catalogue.OPS.pop("silu_and_mul")
+    catalogue.OPS.pop("my_silu_and_mul")
     sys.modules.pop("fused_gated")
     from bi_props.targets import module
 
     module._DECLARED.clear()
     monkeypatch.setenv(OP_MODULES_ENV, "fused_gated")
     declare_from_environment("cpu")
-    assert "silu_and_mul" in catalogue.OPS
+    assert "my_silu_and_mul" in catalogue.OPS
 
 
 def test_an_unknown_op_in_ops_still_gets_the_clear_error(registry) -> None:
@@ -173,13 +174,13 @@ def test_a_space_may_name_a_target_modules_ops(registry, tmp_path: Path) -> None
 
     good = tmp_path / "good.toml"
     good.write_text(
-        '[op.silu_and_mul]\ndim = { min = 1, max = 8 }\n[ops]\ninclude = ["silu_and_mul"]\n'
+        '[op.my_silu_and_mul]\ndim = { min = 1, max = 8 }\n[ops]\ninclude = ["my_silu_and_mul"]\n'
         '[profile]\ntarget = "fused_gated"\n'  # the target's ops count in every section
     )
     space = load(good)
-    assert space.ops == ("silu_and_mul",) and space.dim_for("silu_and_mul").max == 8
+    assert space.ops == ("my_silu_and_mul",) and space.dim_for("my_silu_and_mul").max == 8
     bad = tmp_path / "bad.toml"
-    bad.write_text('[ops]\ninclude = ["silu_and_mul", "nope"]\n')
+    bad.write_text('[ops]\ninclude = ["my_silu_and_mul", "nope"]\n')
     with pytest.raises(SpaceError, match=r"key 'ops.include': unknown \['nope'\]"):
         load(bad)
     from bi_props.targets.module import declare_ops
@@ -195,20 +196,20 @@ def test_a_space_may_name_a_target_modules_ops(registry, tmp_path: Path) -> None
 
 
 def test_the_user_ops_draw_shape_gives_valid_cases(registry) -> None:
-    import fused_gated  # noqa: F401  (registers silu_and_mul)
+    import fused_gated  # noqa: F401  (registers my_silu_and_mul)
 
     from bi_props.space import parse
     from bi_props.strategies import cases
 
     space = parse({"shapes": {"rows": {"min": 1, "max": 40}}}, "inline", "test")
-    assert "silu_and_mul" in space.ops  # a registered op joins the default ops
+    assert "my_silu_and_mul" in space.ops  # a registered op joins the default ops
 
     @settings(max_examples=30, database=None, suppress_health_check=list(HealthCheck))
-    @given(cases(space, "silu_and_mul", "batch_invariance"))
+    @given(cases(space, "my_silu_and_mul", "batch_invariance"))
     def check(case):
         m, h = case.shape
         assert 1 <= m <= 4 and h >= 0 and case.batch is not None
-        assert catalogue.OPS["silu_and_mul"].operand_shapes(case, m) == ((m, 2 * h),)
+        assert catalogue.OPS["my_silu_and_mul"].operand_shapes(case, m) == ((m, 2 * h),)
 
     check()
 
@@ -228,7 +229,7 @@ def campaigns(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, 
     for module in ("fused_gated_buggy", "fused_gated"):
         log = (root / f"{module}.log").open("w")
         command = [sys.executable, "-m", "bi_props.cli", "fuzz", "--target", module,
-                   "--ops", "silu_and_mul", "--budget", str(BUDGET_S), "--out",
+                   "--ops", "my_silu_and_mul", "--budget", str(BUDGET_S), "--out",
                    str(root / module), "--strategies", str(space), "--seed", "7"]  # fmt: skip
         process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
         running[module] = (process, log, time.monotonic())
@@ -250,7 +251,8 @@ def test_fuzz_finds_and_shrinks_the_planted_bug_in_a_user_op(campaigns) -> None:
     found = [
         f
         for f in report["findings"]
-        if (f["op"], f["property"], f["switch"]) == ("silu_and_mul", "batch_invariance", "enabled")
+        if (f["op"], f["property"], f["switch"])
+        == ("my_silu_and_mul", "batch_invariance", "enabled")
     ]
     assert found, [(f["op"], f["property"], f["switch"]) for f in report["findings"]]
     finding = found[0]
@@ -272,7 +274,7 @@ def test_fuzz_gives_no_finding_for_the_honest_user_op(campaigns) -> None:
     assert report["findings"] == []
     assert report["examples"] > 20
     ran = {(c["op"], c["property"], c["switch"]) for c in report["cells"] if c["examples"]}
-    assert ("silu_and_mul", "batch_invariance", "enabled") in ran, ran
+    assert ("my_silu_and_mul", "batch_invariance", "enabled") in ran, ran
 
 
 def test_the_docs_show_the_worked_example_verbatim() -> None:

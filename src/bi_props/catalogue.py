@@ -671,6 +671,11 @@ def _rms_norm_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequenc
     import torch
 
     x, w = args
+    if entry != "F.rms_norm":  # a target's own entry point (e.g. vLLM's _C kernel): (x, w, eps)
+        import importlib
+
+        module_name, _, attr = entry.rpartition(".")
+        return getattr(importlib.import_module(module_name), attr)(x, w, case.opt("eps"))
     return torch.nn.functional.rms_norm(x, (x.shape[-1],), w, eps=case.opt("eps"))
 
 
@@ -819,6 +824,274 @@ def _silu_reference(
 
 
 # ---------------------------------------------------------------------------------------------
+# Gated activations (SwiGLU / GeGLU: vLLM's silu_and_mul, gelu_and_mul)
+
+GELU_APPROXIMATIONS = ("none", "tanh")
+
+
+def _gated_operands(case: Case) -> tuple[Operand, ...]:
+    return (Operand("x", 0),)
+
+
+def _gated_shapes(case: Case, rows: int) -> tuple[tuple[int, ...], ...]:
+    _, h = case.shape
+    return ((rows, 2 * h),)
+
+
+def _entry_function(entry: str) -> Callable[..., Any]:
+    """The entry point looked up now (a swapped ``bi_props.ops`` attribute shows)."""
+    import importlib
+
+    module_name, _, attr = entry.rpartition(".")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+def _silu_and_mul_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]):
+    return _entry_function(entry)(args[0])
+
+
+def _gelu_and_mul_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]):
+    return _entry_function(entry)(args[0], case.opt("approximate", "none"))
+
+
+GATED_BOUND = (
+    "silu: relative u_acc (|a| + 6) on silu(a) b (exp, one add, one division, the product; the"
+    " flush to 0 where exp(-a) overflows); gelu: absolute u_acc (3 |a| + 4 |gelu(a)|) |b| (1 +"
+    " erf or 1 + tanh rounds absolutely, then two products); plus one rounding to the output"
+    " dtype and the smallest normal (16-bit internals: the activation rounded once more)"
+)
+
+
+def _erf(z: np.ndarray) -> np.ndarray:
+    import math
+
+    return np.vectorize(math.erf, otypes=[np.float64])(z) if z.size else z.copy()
+
+
+def _gelu_value(a: np.ndarray, approximate: str) -> np.ndarray:
+    if approximate == "tanh":
+        inner = math.sqrt(2.0 / math.pi) * (a + 0.044715 * a * a * a)
+        return 0.5 * a * (1.0 + np.tanh(inner))
+    return 0.5 * a * (1.0 + _erf(a / math.sqrt(2.0)))
+
+
+def _gated_reference(kind: str):
+    def reference(
+        x: Sequence[np.ndarray], case: Case, lengths: Sequence[int], acc: str = "float32"
+    ):
+        """act(a) * b in float64, a = x[:, :h], b = x[:, h:], for a kernel computing in ``acc``.
+
+        silu: exp (a couple of ulps), 1 + e, a / (1 + e), times b: relative <= u (|a| + 6);
+        where exp(-a) overflows float32 (a < -88.72) a signed zero is allowed. gelu: erf (or tanh
+        of the cubic) within ~3 u absolute, 1 + that rounds absolutely (u), then 0.5 a (...) and
+        the product with b: |error| <= u (3 |a| + 4 |gelu(a)|) |b| (absolute: 1 + erf cancels for
+        a << 0, as every float32 kernel computes it). A 16-bit-internal kernel may round act(a)
+        in the output dtype before the product (output_rounding's intermediate slack)."""
+        (v,) = x
+        h, u = case.shape[1], unit_roundoff(acc)
+        a, b = v[:, :h], v[:, h:]
+        with np.errstate(all="ignore"):
+            if kind == "silu":
+                act = a / (1.0 + np.exp(-a))
+                value = act * b
+                error = u * (np.abs(a) + 6) * np.abs(value)
+                error = np.where(a < -88.72, np.abs(value), error)
+            else:
+                act = _gelu_value(a, case.opt("approximate", "none"))
+                value = act * b
+                error = u * (3 * np.abs(a) + 4 * np.abs(act)) * np.abs(b)
+        bound = _output_rounding(value, error, out_dtype(case), None, acc)
+        return (Reference(value, bound, out_dtype(case), acc),)
+
+    return reference
+
+
+_STOCK_SILU_AND_MUL = '''
+def silu_and_mul(x):
+    """Stock composite (vLLM's SiluAndMul.forward_native): silu(x[..., :h]) * x[..., h:]."""
+    h = x.shape[-1] // 2
+    return F.silu(x[..., :h]) * x[..., h:]
+'''
+
+_STOCK_GELU_AND_MUL = '''
+def gelu_and_mul(x, approximate="none"):
+    """Stock composite (vLLM's GeluAndMul.forward_native): gelu(x[..., :h]) * x[..., h:]."""
+    h = x.shape[-1] // 2
+    return F.gelu(x[..., :h], approximate=approximate) * x[..., h:]
+'''
+
+
+def _stock_or_import(case: Case, stock: str, name: str) -> str:
+    module, _, attr = case.entry.rpartition(".")
+    return stock if module == "bi_props.ops" else f"from {module} import {attr} as {name}\n"
+
+
+def _silu_and_mul_repro(case: Case) -> tuple[str, str]:
+    return _stock_or_import(case, _STOCK_SILU_AND_MUL, "silu_and_mul"), "silu_and_mul(args[0])"
+
+
+def _gelu_and_mul_repro(case: Case) -> tuple[str, str]:
+    definition = _stock_or_import(case, _STOCK_GELU_AND_MUL, "gelu_and_mul")
+    return definition, f"gelu_and_mul(args[0], {case.opt('approximate', 'none')!r})"
+
+
+# ---------------------------------------------------------------------------------------------
+# vLLM's in-place fused_add_rms_norm, layer_norm, embedding
+
+
+def _fused_add_rms_norm_call(
+    entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]
+) -> Any:
+    """The op mutates x and residual: it runs on copies with the same shape and strides (so that
+    determinism's second call and the reference see the drawn inputs), and the op's outputs are
+    the two mutated copies (x <- rms_norm(x + residual) * weight, residual <- x + residual),
+    whatever the entry point returns: the in-place semantics are what is tested."""
+    import torch
+
+    x, residual, weight = args
+
+    def copy(t: Any) -> Any:
+        out = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+        return out.copy_(t)
+
+    xc, rc = copy(x), copy(residual)
+    _entry_function(entry)(xc, rc, weight, float(case.opt("eps", 1e-6)))
+    return (xc, rc)
+
+
+def _fused_add_rms_norm_reference(
+    x: Sequence[np.ndarray], case: Case, lengths: Sequence[int], acc: str = "float32"
+):
+    """As add_rms_norm's (x_out is rms_norm of the rounded sum times weight, residual_out the sum
+    rounded once), with the case's eps."""
+    from .compare import bits_to_float64, round_to_bits
+
+    dtype = case.dtype
+    total = x[0] + x[1]
+    rounded = bits_to_float64(round_to_bits(total, dtype), dtype)
+    resid_tol = unit_roundoff(dtype) * np.abs(total)
+    eps = float(case.opt("eps", 1e-6))
+    return (
+        _rms_norm_value(rounded, x[2], eps, dtype, acc),
+        Reference(total, resid_tol, dtype, acc),
+    )
+
+
+_STOCK_FUSED_ADD_RMS_NORM = '''
+def fused_add_rms_norm(x, residual, weight, eps):
+    """Stock composite, vLLM semantics, in place: residual += x; x = rms_norm(residual) * weight."""
+    residual.add_(x)
+    x.copy_(F.rms_norm(residual, tuple(weight.shape), weight, eps))
+    return x, residual
+'''
+
+
+def _fused_add_rms_norm_repro(case: Case) -> tuple[str, str]:
+    definition = _stock_or_import(case, _STOCK_FUSED_ADD_RMS_NORM, "fused_add_rms_norm")
+    eps = float(case.opt("eps", 1e-6))
+    expr = (
+        f"(lambda x, r: (fused_add_rms_norm(x, r, args[2], {eps!r}), (x, r))[1])"
+        "(args[0].clone(), args[1].clone())"
+    )
+    return definition, expr
+
+
+def _layer_norm_operands(case: Case) -> tuple[Operand, ...]:
+    ops = (Operand("input", 0),)
+    return (*ops, Operand("weight", None), Operand("bias", None)) if case.opt("affine") else ops
+
+
+def _layer_norm_shapes(case: Case, rows: int) -> tuple[tuple[int, ...], ...]:
+    _, h = case.shape
+    return ((rows, h), (h,), (h,)) if case.opt("affine") else ((rows, h),)
+
+
+def _layer_norm_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]) -> Any:
+    import torch
+
+    x, *affine = args
+    w, b = affine if affine else (None, None)
+    return torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b, float(case.opt("eps", 1e-5)))
+
+
+LAYER_NORM_BOUND = (
+    "mean: _sum_error / h + u_acc |mean|; d = x - mean: that + u_acc |d|; var: (2 sum |d| e_d +"
+    " sum e_d^2 + _sum_error(sum d^2) + 4 u_acc sum x^2) / h + u_acc var (two-pass, Welford or"
+    " one-pass E[x^2] - mean^2 alike); rstd relative e_var / (2 (var + eps)) + 4 u_acc; y = d rstd"
+    " w + b: (e_d + (rel_rstd + 2 u_acc) |d|) rstd |w| + u_acc |y|; plus one rounding to the"
+    " output dtype and the smallest normal"
+)
+
+
+def _layer_norm_reference(
+    x: Sequence[np.ndarray], case: Case, lengths: Sequence[int], acc: str = "float32"
+):
+    """(x - mean) / sqrt(var + eps) * w + b over the last dim (biased variance), in float64,
+    with the error of a kernel computing in ``acc`` (LAYER_NORM_BOUND, in words)."""
+    v, *affine = x
+    h, u, eps = case.shape[1], unit_roundoff(acc), float(case.opt("eps", 1e-5))
+    n = max(h, 1)
+    with np.errstate(all="ignore"):
+        total = np.sum(v, axis=-1, keepdims=True)
+        mean = total / n
+        e_mean = _sum_error(
+            total, np.sum(v * v, axis=-1, keepdims=True), np.sum(np.abs(v), -1, keepdims=True), n, u
+        )
+        e_mean = e_mean / n + u * np.abs(mean)
+        d = v - mean
+        e_d = e_mean + u * np.abs(d)
+        sq = d * d
+        ssq = np.sum(sq, axis=-1, keepdims=True)
+        var = ssq / n
+        e_var = 2 * np.sum(np.abs(d) * e_d, -1, keepdims=True) + np.sum(
+            e_d * e_d, -1, keepdims=True
+        )
+        e_var = e_var + _sum_error(ssq, np.sum(sq * sq, -1, keepdims=True), ssq, n, u)
+        e_var = (e_var + 4 * u * np.sum(v * v, -1, keepdims=True)) / n + u * var
+        rstd = 1.0 / np.sqrt(var + eps)
+        rel_rstd = e_var / (2 * (var + eps)) + 4 * u
+        y = d * rstd
+        error = (e_d + (rel_rstd + 2 * u) * np.abs(d)) * rstd
+        if affine:
+            w, b = affine
+            y = y * w + b
+            error = error * np.abs(w) + u * np.abs(y)
+    bound = _output_rounding(y, error, case.dtype, None, acc)
+    return (Reference(y, bound, case.dtype, acc),)
+
+
+def _layer_norm_repro(case: Case) -> tuple[str, str]:
+    eps = float(case.opt("eps", 1e-5))
+    if case.opt("affine"):
+        return "", f"F.layer_norm(args[0], (args[0].shape[-1],), args[1], args[2], {eps!r})"
+    return "", f"F.layer_norm(args[0], (args[0].shape[-1],), None, None, {eps!r})"
+
+
+def _embedding_operands(case: Case) -> tuple[Operand, ...]:
+    return (Operand("input", 0, tokens=case.shape[1]), Operand("weight", None))
+
+
+def _embedding_shapes(case: Case, rows: int) -> tuple[tuple[int, ...], ...]:
+    _, vocab, h = case.shape
+    return ((rows,), (vocab, h))
+
+
+def _embedding_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]) -> Any:
+    import torch
+
+    return torch.nn.functional.embedding(args[0], args[1])
+
+
+def _embedding_reference(
+    x: Sequence[np.ndarray], case: Case, lengths: Sequence[int], acc: str = "float32"
+):
+    """A gather: weight[ids], bit for bit, always (no arithmetic)."""
+    ids, weight = x
+    value = weight[np.asarray(ids, dtype=np.int64)]
+    return (Reference(value, None, case.dtype, acc),)
+
+
+# ---------------------------------------------------------------------------------------------
 # The probe model (model-level properties)
 
 MODEL_LAYOUTS = ("packed", "padded")
@@ -964,6 +1237,11 @@ def _softmax_repro(case: Case) -> tuple[str, str]:
 
 
 def _rms_norm_repro(case: Case) -> tuple[str, str]:
+    if case.entry != "F.rms_norm":
+        module, _, attr = case.entry.rpartition(".")
+        return f"from {module} import {attr} as rms_norm\n", (
+            f"rms_norm(args[0], args[1], {case.opt('eps')!r})"
+        )
     return "", f"F.rms_norm(args[0], (args[0].shape[-1],), args[1], eps={case.opt('eps')!r})"
 
 
@@ -1186,6 +1464,85 @@ OPS: dict[str, OpSpec] = {
             draw_shape=_shapes("rows_by_dim"),
             repro_call=_fixed_repro("F.silu(args[0])"),
             aten_names=("aten::silu",),
+        ),
+        OpSpec(
+            name="silu_and_mul",
+            entries=("bi_props.ops.silu_and_mul",),
+            shape_doc="(m, h): x (m, 2h) per sample; returns silu(x[:, :h]) * x[:, h:], (m, h)"
+            " (vLLM's SwiGLU activation)",
+            operands=_gated_operands,
+            operand_shapes=_gated_shapes,
+            call=_silu_and_mul_call,
+            reference=_gated_reference("silu"),
+            exact_amplitude=_never_exact,
+            bound=GATED_BOUND,
+            draw_shape=_shapes("gated"),
+            repro_call=_silu_and_mul_repro,
+        ),
+        OpSpec(
+            name="gelu_and_mul",
+            entries=("bi_props.ops.gelu_and_mul",),
+            shape_doc="(m, h): x (m, 2h) per sample; returns gelu(x[:, :h], approximate) *"
+            " x[:, h:], (m, h) (vLLM's GeGLU activation)",
+            operands=_gated_operands,
+            operand_shapes=_gated_shapes,
+            call=_gelu_and_mul_call,
+            reference=_gated_reference("gelu"),
+            exact_amplitude=_never_exact,
+            option_choices={"approximate": GELU_APPROXIMATIONS},
+            bound=GATED_BOUND,
+            draw_shape=_shapes("gelu_and_mul"),
+            repro_call=_gelu_and_mul_repro,
+        ),
+        OpSpec(
+            name="fused_add_rms_norm",
+            entries=("bi_props.ops.fused_add_rms_norm",),
+            shape_doc="(m, h): x and residual (m, h) per sample, weight (h,) shared; vLLM's"
+            " in-place op: residual <- x + residual, x <- rms_norm(residual) * weight; the"
+            " outputs are the two mutated inputs (x, residual)",
+            operands=_add_rms_norm_operands,
+            operand_shapes=_add_rms_norm_shapes,
+            call=_fused_add_rms_norm_call,
+            reference=_fused_add_rms_norm_reference,
+            exact_amplitude=_add_rms_norm_amplitude,
+            output_batch_axes=(0, 0),
+            inexact_outputs=(0,),
+            bound=RMS_NORM_BOUND + "; the residual x + residual: one rounding",
+            notes="in place: the call runs on copies of x and residual (same strides) and returns"
+            " them mutated",
+            draw_shape=_shapes("fused_add_rms_norm"),
+            repro_call=_fused_add_rms_norm_repro,
+        ),
+        OpSpec(
+            name="layer_norm",
+            entries=("F.layer_norm",),
+            shape_doc="(m, h): input (m, h) per sample; with affine, weight and bias (h,) shared;"
+            " normalised over the last dim",
+            operands=_layer_norm_operands,
+            operand_shapes=_layer_norm_shapes,
+            call=_layer_norm_call,
+            reference=_layer_norm_reference,
+            exact_amplitude=_never_exact,
+            option_choices={"affine": (True, False), "eps": (1e-5, 1e-6)},
+            bound=LAYER_NORM_BOUND,
+            draw_shape=_shapes("layer_norm"),
+            repro_call=_layer_norm_repro,
+            aten_names=("aten::layer_norm", "aten::native_layer_norm"),
+        ),
+        OpSpec(
+            name="embedding",
+            entries=("F.embedding",),
+            shape_doc="(m, vocab, h): token ids (m,) per sample in [0, vocab), weight (vocab, h)"
+            " shared; returns weight[ids], (m, h)",
+            operands=_embedding_operands,
+            operand_shapes=_embedding_shapes,
+            call=_embedding_call,
+            reference=_embedding_reference,
+            exact_amplitude=lambda case, acc="float32": 8,
+            bound="bitwise: a gather (no arithmetic)",
+            draw_shape=_shapes("embedding"),
+            repro_call=_fixed_repro("F.embedding(args[0], args[1])"),
+            aten_names=("aten::embedding",),
         ),
         OpSpec(
             name="probe_model",

@@ -23,6 +23,31 @@ def add_rms_norm(
     return F.rms_norm(total, tuple(weight.shape), weight, eps), total
 
 
+def silu_and_mul(x: Tensor) -> Tensor:
+    """vLLM's SwiGLU activation as its ``SiluAndMul.forward_native`` writes it:
+    ``silu(x[..., :h]) * x[..., h:]`` with ``h = x.shape[-1] // 2`` (16-bit: silu rounded to the
+    input dtype before the product)."""
+    h = x.shape[-1] // 2
+    return F.silu(x[..., :h]) * x[..., h:]
+
+
+def gelu_and_mul(x: Tensor, approximate: str = "none") -> Tensor:
+    """vLLM's GeGLU activation (``GeluAndMul.forward_native``):
+    ``gelu(x[..., :h]) * x[..., h:]``."""
+    h = x.shape[-1] // 2
+    return F.gelu(x[..., :h], approximate=approximate) * x[..., h:]
+
+
+def fused_add_rms_norm(
+    x: Tensor, residual: Tensor, weight: Tensor, eps: float = 1e-6
+) -> tuple[Tensor, Tensor]:
+    """vLLM's ``fused_add_rms_norm``, in place: ``residual <- x + residual``, then
+    ``x <- rms_norm(residual) * weight``; returns the two mutated tensors ``(x, residual)``."""
+    residual.add_(x)
+    x.copy_(F.rms_norm(residual, tuple(weight.shape), weight, eps))
+    return x, residual
+
+
 def varlen_attention(
     q: Tensor,
     k: Tensor,

@@ -156,3 +156,29 @@ def engine(draw: Any, ctx: Any) -> Shape:
 def engine_companions(ctx: Any) -> Any:
     tokens = ctx.clip(ctx.space.companion_rows, high=ENGINE_MAX_TOKENS)
     return ctx.integers(tokens.min, tokens.max)
+
+
+def gated(draw: Any, ctx: Any) -> Shape:
+    """silu_and_mul: (m, h), x of (m, 2h)."""
+    return (draw(ctx.rows), draw(ctx.dim)), {}
+
+
+def gelu_and_mul(draw: Any, ctx: Any) -> Shape:
+    options = {"approximate": draw(ctx.option("approximate"))}
+    return (draw(ctx.rows), draw(ctx.dim)), options
+
+
+def fused_add_rms_norm(draw: Any, ctx: Any) -> Shape:
+    options = {"eps": draw(ctx.choice(tuple([1e-6, 1e-5])))}
+    return (draw(ctx.rows), draw(ctx.extents(ctx.clip(ctx.dim_extent, low=1)))), options
+
+
+def layer_norm(draw: Any, ctx: Any) -> Shape:
+    options = {"affine": draw(ctx.option("affine")), "eps": draw(ctx.option("eps"))}
+    return (draw(ctx.rows), draw(ctx.extents(ctx.clip(ctx.dim_extent, low=1)))), options
+
+
+def embedding(draw: Any, ctx: Any) -> Shape:
+    """(m, vocab, h): a small vocabulary (a tile edge and a prime among them), h from the space."""
+    vocab = draw(ctx.choice(tuple([1, 16, 17, 257])))
+    return (draw(ctx.rows), vocab, draw(ctx.dim)), {}

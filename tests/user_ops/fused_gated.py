@@ -23,8 +23,8 @@ from bi_props import Operand, OpSpec, Reference, output_rounding, register_op, u
 
 NAMESPACE = "fused_gated"
 KERNEL_PREFIX = f"{NAMESPACE}::"
-ROUTES = {"silu_and_mul": (f"{NAMESPACE}::silu_and_mul",)}
-OPS = ["silu_and_mul"]
+ROUTES = {"my_silu_and_mul": (f"{NAMESPACE}::silu_and_mul",)}
+OPS = ["my_silu_and_mul"]
 
 
 # -- the op, declared once for bi_props ---------------------------------------------------------
@@ -78,7 +78,7 @@ def _repro_call(case):
 
 
 SILU_AND_MUL = OpSpec(
-    name="silu_and_mul",
+    name="my_silu_and_mul",
     entries=(f"{__name__}.silu_and_mul",),
     shape_doc="(m, h): x (m, 2h) per sample; returns silu(x[:, :h]) * x[:, h:], (m, h)",
     operands=_operands,

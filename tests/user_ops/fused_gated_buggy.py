@@ -3,8 +3,8 @@
 It declares the very same ``OpSpec`` (imported, so registering it twice is a no-op) and names its
 own entry point through ``ENTRIES``. The bug: a call with more than ``THRESHOLD`` rows takes a
 "large-M" path that rounds silu(a) and b to bfloat16 before multiplying, so a row's bits depend on
-how many rows share the call. Expected finding: silu_and_mul batch_invariance [enabled], shrunk to
-a batch of THRESHOLD + 1 rows in total (and reference failures for a needle of that many rows).
+how many rows share the call. Expected finding: my_silu_and_mul batch_invariance [enabled], shrunk
+to a batch of THRESHOLD + 1 rows in total (and reference failures for a needle of that many rows).
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from fused_gated import SILU_AND_MUL, install, kernel, stock
 
 NAMESPACE = "fused_gated_buggy"
 KERNEL_PREFIX = f"{NAMESPACE}::"
-ROUTES = {"silu_and_mul": (f"{NAMESPACE}::silu_and_mul",)}
-OPS = ["silu_and_mul"]
+ROUTES = {"my_silu_and_mul": (f"{NAMESPACE}::silu_and_mul",)}
+OPS = ["my_silu_and_mul"]
 EXTRA_OPS = [SILU_AND_MUL]
-ENTRIES = {"silu_and_mul": (f"{__name__}.silu_and_mul",)}
+ENTRIES = {"my_silu_and_mul": (f"{__name__}.silu_and_mul",)}
 THRESHOLD = 16
 
 _impl = stock

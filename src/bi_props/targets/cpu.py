@@ -19,13 +19,27 @@ STOCK_PRECISION = {
     "softmax": "output",
     "log_softmax": "output",
     "attention": "output",
+    "silu_and_mul": "output",
+    "gelu_and_mul": "output",
 }
 """Stock CPU PyTorch's internal precision where it is not float32 (torch 2.13, measured against
 the float64 reference over 300 drawn cases per op and dtype): 16-bit linear with a bias and 3-D
 input rounds the product before adding the bias; 16-bit softmax over a non-last dim and
 log_softmax round intermediates in the input dtype; the stock varlen attention is plain torch ops
-in the input dtype. Everything else (mm, matmul, bmm, addmm, sum, mean, rms_norm, add_rms_norm,
-silu) computes in float32 and rounds once: bit-exact on integer inputs up to 2^24."""
+in the input dtype; the stock silu_and_mul and gelu_and_mul composites (vLLM's forward_native)
+round the activation to the input dtype before the product. Everything else (mm, matmul, bmm,
+addmm, sum, mean, rms_norm, add_rms_norm, silu, fused_add_rms_norm, layer_norm, embedding)
+computes in float32 and rounds once: bit-exact on integer inputs up to 2^24."""
+
+
+_SWAPPED = {
+    "add_rms_norm": "add_rms_norm",
+    "attention": "varlen_attention",
+    "silu_and_mul": "silu_and_mul",
+    "gelu_and_mul": "gelu_and_mul",
+    "fused_add_rms_norm": "fused_add_rms_norm",
+}
+"""Catalogue op -> the ``bi_props.ops`` composite the enabled target swaps for its kernel."""
 
 
 def stock_precision(op: str) -> str:
@@ -42,7 +56,7 @@ class CpuTarget(Target):
         import bi_props.ops as ops
 
         self._active = False
-        self._stock = {"add_rms_norm": ops.add_rms_norm, "varlen_attention": ops.varlen_attention}
+        self._stock = {name: getattr(ops, name) for name in _SWAPPED.values()}
 
     def activate(self) -> None:
         if switch_requested():
@@ -70,10 +84,11 @@ class CpuTarget(Target):
         return {"active": self._active}
 
     def evidence(self, op: str) -> dict[str, bool]:
-        """For the two swapped entry points: is the function in place not the stock one?"""
+        """For the swapped entry points (``_SWAPPED``): is the function in place not the stock
+        one?"""
         import bi_props.ops as ops
 
-        attr = {"add_rms_norm": "add_rms_norm", "attention": "varlen_attention"}.get(op)
+        attr = _SWAPPED.get(op)
         if attr is None:
             return {}
         return {f"bi_props.ops.{attr} swapped": getattr(ops, attr) is not self._stock[attr]}

@@ -518,6 +518,21 @@ class VllmTarget(Target):
     def promises_inference(self) -> bool:
         return True  # VLLM_BATCH_INVARIANT=1 promises batch-invariant inference
 
+    def entries(self) -> dict[str, tuple[str, ...]]:
+        """vLLM's own CPU kernels (``torch.ops._C``: silu_and_mul, gelu_and_mul /
+        gelu_tanh_and_mul, fused_add_rms_norm, rms_norm; signatures known for vLLM 0.32.0, see
+        ``vllm_kernels``) as the entry points of those ops, where this build has them. What vLLM's
+        model runners call; not part of its batch-invariant mode, so not claimed (``covered``)."""
+        if self.device != "cpu":
+            return {}
+        from . import vllm_kernels
+
+        return {
+            op: (f"{vllm_kernels.__name__}.{op}",)
+            for op, ok in vllm_kernels.available().items()
+            if ok
+        }
+
     # -- routing evidence ----------------------------------------------------------------------
 
     def observe_routing(self) -> str:

@@ -140,3 +140,57 @@ def add_rms_norm(
     cd = compute_dtype(out_dtype)
     total = (x.to(cd) + residual.to(cd)).to(out_dtype)
     return rms_norm(total, list(weight.shape), weight, eps), total
+
+
+@torch.no_grad()
+def fused_add_rms_norm(x: Tensor, residual: Tensor, weight: Tensor, eps: float) -> None:
+    """Batch-invariant vLLM ``fused_add_rms_norm``, in place: ``residual <- x + residual`` (one
+    float32 add, rounded once), ``x <- rms_norm(residual) * weight`` (``rms_norm`` above:
+    row-local). Both results are computed before either tensor is written."""
+    y, total = add_rms_norm(x, residual, weight, eps)
+    residual.copy_(total)
+    x.copy_(y)
+
+
+@torch.no_grad()
+def layer_norm(
+    input: Tensor,
+    normalized_shape: Sequence[int],
+    weight: Tensor | None = None,
+    bias: Tensor | None = None,
+    eps: float = 1e-5,
+) -> Tensor:
+    """Batch-invariant ``aten::layer_norm``: (x - mean) / sqrt(var + eps) * weight + bias.
+
+    Two passes over one row's own normalised elements in the compute dtype: mean = ``tree_sum(x)``
+    / n, d = x - mean, var = ``tree_sum(d * d)`` / n (biased), then one correctly rounded ``sqrt``
+    (the package's), a division, the weight product and the bias add, rounded once to the input
+    dtype. Every tree depends on n only, so a row never sees the batch.
+    """
+    shape = list(normalized_shape)
+    k = len(shape)
+    torch._check(
+        input.dim() >= k and list(input.shape[input.dim() - k :]) == shape,
+        lambda: (
+            f"Given normalized_shape={shape}, expected input with shape [*"
+            + "".join(f", {s}" for s in shape)
+            + f"], but got input of size{list(input.shape)}"
+        ),
+    )
+    cd = compute_dtype(input.dtype)
+    count = 1
+    for s in shape:
+        count *= s
+    lead = list(input.shape[: input.dim() - k])
+    x = input.to(cd).reshape(*lead, count)
+    if count == 0:
+        return input.clone()
+    mean = (tree_sum(x, -1) / count).unsqueeze(-1)
+    d = x - mean
+    var = tree_sum(d * d, -1) / count
+    y = d / sqrt(var + eps).unsqueeze(-1)
+    if weight is not None:
+        y = y * weight.to(cd).reshape(count)
+    if bias is not None:
+        y = y + bias.to(cd).reshape(count)
+    return y.reshape(input.shape).to(input.dtype)

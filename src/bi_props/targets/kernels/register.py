@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from . import activation, attention, linalg, normalization, reductions
+from . import activation, attention, gather, linalg, normalization, reductions
 
 NAMESPACE = "bi_props_cpu"
 KERNEL_PREFIX = f"{NAMESPACE}::"
@@ -67,6 +67,21 @@ _SCHEMAS: dict[str, tuple[str, Callable[..., Any]]] = {
         " -> (Tensor, Tensor)",
         normalization.add_rms_norm,
     ),
+    "silu_and_mul": ("silu_and_mul(Tensor x) -> Tensor", activation.silu_and_mul),
+    "gelu_and_mul": (
+        "gelu_and_mul(Tensor x, str approximate='none') -> Tensor",
+        activation.gelu_and_mul,
+    ),
+    "fused_add_rms_norm": (
+        "fused_add_rms_norm(Tensor(a!) x, Tensor(b!) residual, Tensor weight, float eps) -> ()",
+        normalization.fused_add_rms_norm,
+    ),
+    "layer_norm": (
+        "layer_norm(Tensor input, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None,"
+        " float eps=1e-05) -> Tensor",
+        normalization.layer_norm,
+    ),
+    "embedding": ("embedding(Tensor weight, Tensor indices) -> Tensor", gather.embedding),
     "varlen_attention": (
         "varlen_attention(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens, float? scale=None,"
         " bool causal=True) -> Tensor",
@@ -92,6 +107,11 @@ def routes(namespace: str = NAMESPACE) -> dict[str, tuple[str, ...]]:
         "silu": (p + "silu",),
         "add_rms_norm": (p + "add_rms_norm",),
         "attention": (p + "varlen_attention",),
+        "silu_and_mul": (p + "silu_and_mul",),
+        "gelu_and_mul": (p + "gelu_and_mul",),
+        "fused_add_rms_norm": (p + "fused_add_rms_norm",),
+        "layer_norm": (p + "layer_norm",),
+        "embedding": (p + "embedding",),
     }
 
 
@@ -126,7 +146,24 @@ def _aten_overrides(ns: Any) -> dict[str, Callable[..., Any]]:
             input, normalized_shape, weight, eps
         ),
         "silu": lambda self: ns.silu(self),
+        "layer_norm": _layer_norm(ns),
+        "embedding": _embedding(ns),
     }
+
+
+def _layer_norm(ns: Any) -> Callable[..., Any]:
+    def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5, cudnn_enable=True):
+        return ns.layer_norm(input, normalized_shape, weight, bias, eps)
+
+    return layer_norm
+
+
+def _embedding(ns: Any) -> Callable[..., Any]:
+    def embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+        """Forward only (padding_idx and scale_grad_by_freq concern the gradient)."""
+        return ns.embedding(weight, indices)
+
+    return embedding
 
 
 def _linear() -> Callable[..., Any]:
@@ -153,7 +190,27 @@ def _swapped(ns: Any) -> dict[str, Callable[..., Any]]:
         """Batch-invariant ``bi_props.ops.varlen_attention`` (custom op, see kernels.attention)."""
         return ns.varlen_attention(q, k, v, cu_seqlens, scale, causal)
 
-    return {"add_rms_norm": add_rms_norm, "varlen_attention": varlen_attention}
+    def silu_and_mul(x):
+        """Batch-invariant ``bi_props.ops.silu_and_mul`` (custom op, see kernels.activation)."""
+        return ns.silu_and_mul(x)
+
+    def gelu_and_mul(x, approximate="none"):
+        """Batch-invariant ``bi_props.ops.gelu_and_mul`` (custom op, see kernels.activation)."""
+        return ns.gelu_and_mul(x, approximate)
+
+    def fused_add_rms_norm(x, residual, weight, eps=1e-6):
+        """Batch-invariant ``bi_props.ops.fused_add_rms_norm``, in place (kernels.normalization);
+        returns the two mutated tensors, as the stock composite does."""
+        ns.fused_add_rms_norm(x, residual, weight, float(eps))
+        return x, residual
+
+    return {
+        "add_rms_norm": add_rms_norm,
+        "varlen_attention": varlen_attention,
+        "silu_and_mul": silu_and_mul,
+        "gelu_and_mul": gelu_and_mul,
+        "fused_add_rms_norm": fused_add_rms_norm,
+    }
 
 
 def install(namespace: str = NAMESPACE) -> None:

