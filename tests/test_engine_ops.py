@@ -256,3 +256,16 @@ def test_each_op_name_is_defined_by_one_spec() -> None:
         ).stdout.splitlines()
         assert len(out) == 1 and out[0].startswith("src/bi_props/catalogue.py:"), (op, out)
         assert op in catalogue.BUILTIN_OPS
+
+
+def test_an_op_stock_cannot_make_batch_variant_has_no_blind_control() -> None:
+    """embedding is a gather: stock torch is batch-invariant on it too, so a negative control
+    could only ever be blind. Its switched-off batch_invariance is neither control nor cell;
+    the switched-on one is judged as for every op."""
+    from bi_props.catalogue import OPS, cells, controls
+
+    assert OPS["embedding"].negative_control is False
+    assert controls(["embedding"]) == []
+    assert ("embedding", "batch_invariance", "enabled") in cells(["embedding"])
+    assert ("embedding", "batch_invariance", "disabled") not in cells(["embedding"])
+    assert controls(["layer_norm"]) == [("layer_norm", "batch_invariance")]

@@ -115,7 +115,8 @@ class OpSpec:
       None: no reproducer script, the finding says to re-run the case with bi_props;
     - ``aten_names``: the profiler's names of aten ops that reach this op (``ATEN_TO_OP``);
     - ``batchable``, ``output_batch_axes``, ``inexact_outputs``, ``properties``,
-      ``option_choices``, ``bound`` (the reference's error bound, in words), ``notes``.
+      ``option_choices``, ``bound`` (the reference's error bound, in words), ``notes``,
+      ``negative_control`` (False where stock kernels cannot be batch-variant: no control).
 
     A spec never crosses a process boundary (cases name their op): every process that needs it
     (the controller, each worker, each Ray actor) registers it itself, by importing the module
@@ -148,6 +149,12 @@ class OpSpec:
     max_companions: int | None = None
     repro_call: Callable[[Case], tuple[str, str]] | None = None
     aten_names: tuple[str, ...] = ()
+    negative_control: bool = True
+    """Whether stock kernels can be batch-variant on this op, so that searching its control
+    properties with the switch off can show variance (a negative control). False for ops with no
+    arithmetic that a batch could reorder (a gather, an argmax over the inputs themselves): such a
+    control could never see variance and would only ever be "blind", so the disabled state of
+    those properties is neither a control nor a cell (the enabled state is judged as usual)."""
 
     def references(
         self,
@@ -173,7 +180,10 @@ class OpSpec:
 
     @property
     def controls(self) -> tuple[str, ...]:
-        """The properties whose disabled state is a negative control for this op."""
+        """The properties whose disabled state is a negative control for this op (none where
+        stock kernels cannot be batch-variant: see ``negative_control``)."""
+        if not self.negative_control:
+            return ()
         return tuple(p for p in self.properties if p in CONTROL_PROPERTIES)
 
 
@@ -1540,6 +1550,7 @@ OPS: dict[str, OpSpec] = {
             reference=_embedding_reference,
             exact_amplitude=lambda case, acc="float32": 8,
             bound="bitwise: a gather (no arithmetic)",
+            negative_control=False,  # a stock gather is batch-invariant too: a control is blind
             draw_shape=_shapes("embedding"),
             repro_call=_fixed_repro("F.embedding(args[0], args[1])"),
             aten_names=("aten::embedding",),
@@ -1640,8 +1651,8 @@ def cells(ops: Sequence[str]) -> list[tuple[str, str, str]]:
                 result.append((op, prop, "both"))
                 continue
             for switch in ("enabled", "disabled"):
-                if prop in info.controls and switch == "disabled":
-                    continue
+                if prop in CONTROL_PROPERTIES and switch == "disabled":
+                    continue  # a negative control (``controls``), or nothing stock could break
                 result.append((op, prop, switch))
     return result
 
