@@ -560,6 +560,7 @@ from torch.autograd.profiler import profile
 
 import bi_props.ops as ops
 from bi_props.targets.kernels import activation, attention
+from bi_props.targets.kernels import rotary  # ops-b
 from bi_props.targets.kernels import linalg as L, normalization as N, reductions as R
 from bi_props.targets.kernels.register import KERNEL_PREFIX, ROUTES, install
 
@@ -578,6 +579,7 @@ xb, w7 = r(4, 7, dtype=torch.bfloat16), r(7)
 q, k, kv = r(9, 4, 8), r(9, 2, 8), r(9, 2, 8)
 cu = torch.tensor([0, 4, 4, 9])
 flat = A.reshape(10, 7)
+pos, rq, rk, rc = torch.tensor([4, 0, 10]), r(3, 16), r(3, 8), r(11, 6)  # ops-b
 Xt = r(2, 7, 5, dtype=torch.bfloat16).transpose(1, 2)
 Wb, bb = r(3, 7, dtype=torch.bfloat16), r(3, dtype=torch.bfloat16)
 # entry point -> (stock call, the one kernel event expected, direct kernel call)
@@ -658,6 +660,12 @@ entries = {
         "varlen_attention",
         lambda: attention.varlen_attention(q, k, kv, cu, 0.3, True),
     ),
+    # -- ops-b
+    "ops.rotary_embedding": (
+        lambda: ops.rotary_embedding(pos, rq, rk, 8, rc, True)[0],
+        "rotary_embedding",
+        lambda: rotary.rotary_embedding(pos, rq, rk, 8, rc, True)[0],
+    ),
 }
 report = {
     "swapped": [ops.add_rms_norm is not stock_ops[0], ops.varlen_attention is not stock_ops[1]],
@@ -726,6 +734,7 @@ def test_routes_cover_the_catalogue_ops(install_report: dict) -> None:
     assert set(routes) == {
         "mm", "matmul", "bmm", "addmm", "linear", "sum", "mean", "softmax", "log_softmax",
         "rms_norm", "silu", "add_rms_norm", "attention",
+        "rotary_embedding",  # ops-b
     }  # fmt: skip
     seen = {e["want"] for e in install_report["entries"].values()}
     assert all(event in seen for events in routes.values() for event in events)

@@ -985,6 +985,99 @@ def _add_rms_norm_repro(case: Case) -> tuple[str, str]:
     return definition, expr
 
 
+# ---------------------------------------------------------------------------------------------
+# Inference ops (ops-b): rotary_embedding, greedy_argmax, top_k
+
+ROTARY_BOUND = (
+    "each rotated element is x1 cos - x2 sin (or x2 cos + x1 sin): two products and one add,"
+    " 2 u_acc (|x1 cos| + |x2 sin|); the pass-through part exact; plus one rounding to the output"
+    " dtype and the smallest normal"
+)
+
+
+def _rotary_operands(case: Case) -> tuple[Operand, ...]:
+    """positions (int64 in [0, max_position)), query and key per token; the cache shared."""
+    max_position = case.shape[5]
+    return (
+        Operand("positions", 0, tokens=max_position),
+        Operand("query", 0),
+        Operand("key", 0),
+        Operand("cos_sin_cache", None),
+    )
+
+
+def _rotary_shapes(case: Case, rows: int) -> tuple[tuple[int, ...], ...]:
+    _, heads, kv_heads, head_size, rot_dim, max_position = case.shape
+    query, key = (rows, heads * head_size), (rows, kv_heads * head_size)
+    return ((rows,), query, key, (max_position, rot_dim))
+
+
+def _rotary_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]) -> Any:
+    import importlib
+
+    module_name, _, attr = entry.rpartition(".")
+    function = getattr(importlib.import_module(module_name), attr)  # looked up now: swaps show
+    positions, query, key, cache = args
+    return tuple(function(positions, query, key, case.shape[3], cache, case.opt("is_neox", True)))
+
+
+def _rotary_value(
+    x: np.ndarray, cos: np.ndarray, sin: np.ndarray, head_size: int, rot_dim: int, neox: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """(value, magnitude) of x (tokens, heads * head_size) rotated, in float64; magnitude is
+    |x1 cos| + |x2 sin| on rotated elements (what the products' roundings scale with), |x| on
+    the pass-through part."""
+    tokens = x.shape[0]
+    h = x.reshape(tokens, x.shape[1] // head_size, head_size)
+    value, magnitude = h.copy(), np.abs(h)
+    c, s = cos[:, None, :], sin[:, None, :]
+    half = rot_dim // 2
+    if neox:
+        first, second = slice(0, half), slice(half, rot_dim)
+    else:
+        first, second = slice(0, rot_dim, 2), slice(1, rot_dim, 2)
+    x1, x2 = h[..., first], h[..., second]
+    with np.errstate(all="ignore"):
+        value[..., first] = x1 * c - x2 * s
+        value[..., second] = x2 * c + x1 * s
+        magnitude[..., first] = np.abs(x1 * c) + np.abs(x2 * s)
+        magnitude[..., second] = np.abs(x2 * c) + np.abs(x1 * s)
+    return value.reshape(x.shape), magnitude.reshape(x.shape)
+
+
+def _rotary_reference(
+    x: Sequence[np.ndarray], case: Case, lengths: Sequence[int], acc: str = "float32"
+):
+    """vLLM's rotary embedding in float64 from the same cache values: cos = cache[p, :rot/2],
+    sin = cache[p, rot/2:]; neox rotates the halves of the first rot_dim elements of each head,
+    gpt-j the interleaved pairs; the rest of the head passes through. Each rotated element is two
+    products and one add in ``acc``: error <= 2 u_acc (|x1 cos| + |x2 sin|) (an FMA rounds less)."""
+    positions, query, key, cache = x
+    _, _, _, head_size, rot_dim, _ = case.shape
+    neox = bool(case.opt("is_neox", True))
+    picked = cache[np.asarray(positions, dtype=np.int64)]
+    cos, sin = picked[:, : rot_dim // 2], picked[:, rot_dim // 2 :]
+    u, dtype = unit_roundoff(acc), case.dtype
+    refs = []
+    for operand in (query, key):
+        value, magnitude = _rotary_value(operand, cos, sin, head_size, rot_dim, neox)
+        rotated = np.zeros(value.shape, dtype=bool)
+        heads = value.shape[1] // head_size
+        rotated.reshape(value.shape[0], heads, head_size)[..., :rot_dim] = True
+        error = np.where(rotated, 2 * u * magnitude, 0.0)
+        bound = _output_rounding(value, error, dtype, np.where(rotated, magnitude, 0.0), acc)
+        refs.append(Reference(value, bound, dtype, acc))
+    return tuple(refs)
+
+
+def _rotary_repro(case: Case) -> tuple[str, str]:
+    module, _, attr = case.entry.rpartition(".")
+    head_size, neox = case.shape[3], bool(case.opt("is_neox", True))
+    definition = f"import {module} as _rope_module  # looked up at call time (a target swaps it)\n"
+    expr = f"_rope_module.{attr}(args[0], args[1], args[2], {head_size}, args[3], {neox!r})"
+    return definition, expr
+
+
 OPS: dict[str, OpSpec] = {
     op.name: op
     for op in (
@@ -1220,6 +1313,25 @@ OPS: dict[str, OpSpec] = {
             draw_shape=_shapes("engine"),
             companion_rows=_companions("engine_companions"),
             max_companions=ENGINE_MAX_COMPANIONS,
+        ),
+        # -- ops-b: inference ops ------------------------------------------------------------
+        OpSpec(
+            name="rotary_embedding",
+            entries=("bi_props.ops.rotary_embedding",),
+            shape_doc="(tokens, heads, kv_heads, head_size, rot_dim, max_position): positions"
+            " (tokens,) int64, query (tokens, heads * head_size) and key (tokens, kv_heads *"
+            " head_size) per token, cos_sin_cache (max_position, rot_dim) shared; option is_neox;"
+            " returns the rotated (query, key) (vLLM's semantics, not in place)",
+            operands=_rotary_operands,
+            operand_shapes=_rotary_shapes,
+            call=_rotary_call,
+            reference=_rotary_reference,
+            exact_amplitude=_never_exact,
+            output_batch_axes=(0, 0),
+            option_choices={"is_neox": (True, False)},
+            bound=ROTARY_BOUND,
+            draw_shape=_shapes("rotary_embedding"),
+            repro_call=_rotary_repro,
         ),
     )
 }

@@ -3,7 +3,7 @@ batch-invariant kernels (targets/kernels) when ``VLLM_BATCH_INVARIANT=1``.
 
 It plays the role vllm-ascend plays on an NPU: the switch is read from the environment in a fresh
 process, aten ops are re-registered on the CPU dispatch key through custom ops that the profiler
-shows (``bi_props_cpu::mm``...), and two composite entry points are swapped as module attributes.
+shows (``bi_props_cpu::mm``...), and composite entry points are swapped as module attributes.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ STOCK_PRECISION = {
     "softmax": "output",
     "log_softmax": "output",
     "attention": "output",
+    "rotary_embedding": "output",  # ops-b: vLLM's forward_native, in the operands' dtype
 }
 """Stock CPU PyTorch's internal precision where it is not float32 (torch 2.13, measured against
 the float64 reference over 300 drawn cases per op and dtype): 16-bit linear with a bias and 3-D
@@ -42,7 +43,11 @@ class CpuTarget(Target):
         import bi_props.ops as ops
 
         self._active = False
-        self._stock = {"add_rms_norm": ops.add_rms_norm, "varlen_attention": ops.varlen_attention}
+        self._stock = {
+            "add_rms_norm": ops.add_rms_norm,
+            "varlen_attention": ops.varlen_attention,
+            "rotary_embedding": ops.rotary_embedding,  # ops-b
+        }
 
     def activate(self) -> None:
         if switch_requested():
@@ -70,10 +75,14 @@ class CpuTarget(Target):
         return {"active": self._active}
 
     def evidence(self, op: str) -> dict[str, bool]:
-        """For the two swapped entry points: is the function in place not the stock one?"""
+        """For the swapped entry points: is the function in place not the stock one?"""
         import bi_props.ops as ops
 
-        attr = {"add_rms_norm": "add_rms_norm", "attention": "varlen_attention"}.get(op)
+        attr = {
+            "add_rms_norm": "add_rms_norm",
+            "attention": "varlen_attention",
+            "rotary_embedding": "rotary_embedding",  # ops-b
+        }.get(op)
         if attr is None:
             return {}
         return {f"bi_props.ops.{attr} swapped": getattr(ops, attr) is not self._stock[attr]}

@@ -1,12 +1,12 @@
 """``install()``: route stock PyTorch CPU entry points to the batch-invariant kernels.
 
 Each kernel becomes a custom op ``{namespace}::<name>`` (so the profiler names it), the aten ops
-are re-registered on the CPU dispatch key to call those custom ops, and the two composite entry
+are re-registered on the CPU dispatch key to call those custom ops, and the composite entry
 points of ``bi_props.ops`` are swapped. Like upstream batch-invariant switches it is one-way for
 the process: there is no uninstall, so tests install it in a subprocess.
 
 Autograd: ops with an aten derivative formula (mm, addmm, bmm, mv, dot, sum, mean, _softmax,
-_log_softmax) keep it, since the override sits below autograd. rms_norm and the two composites are
+_log_softmax) keep it, since the override sits below autograd. rms_norm and the composites are
 forward-only once installed (inputs may require grad; PyTorch warns if one backpropagates).
 ``KERNEL_PREFIX`` and ``ROUTES`` describe the default namespace; ``routes(ns)`` any other.
 """
@@ -20,7 +20,14 @@ from typing import Any
 
 import torch
 
-from . import activation, attention, linalg, normalization, reductions
+from . import (
+    activation,
+    attention,
+    linalg,
+    normalization,
+    reductions,
+    rotary,  # ops-b
+)
 
 NAMESPACE = "bi_props_cpu"
 KERNEL_PREFIX = f"{NAMESPACE}::"
@@ -72,6 +79,12 @@ _SCHEMAS: dict[str, tuple[str, Callable[..., Any]]] = {
         " bool causal=True) -> Tensor",
         attention.varlen_attention,
     ),
+    # -- ops-b: inference ops
+    "rotary_embedding": (
+        "rotary_embedding(Tensor positions, Tensor query, Tensor key, int head_size,"
+        " Tensor cos_sin_cache, bool is_neox=True) -> (Tensor, Tensor)",
+        rotary.rotary_embedding,
+    ),
 }
 
 
@@ -92,6 +105,8 @@ def routes(namespace: str = NAMESPACE) -> dict[str, tuple[str, ...]]:
         "silu": (p + "silu",),
         "add_rms_norm": (p + "add_rms_norm",),
         "attention": (p + "varlen_attention",),
+        # -- ops-b: inference ops
+        "rotary_embedding": (p + "rotary_embedding",),
     }
 
 
@@ -153,7 +168,17 @@ def _swapped(ns: Any) -> dict[str, Callable[..., Any]]:
         """Batch-invariant ``bi_props.ops.varlen_attention`` (custom op, see kernels.attention)."""
         return ns.varlen_attention(q, k, v, cu_seqlens, scale, causal)
 
-    return {"add_rms_norm": add_rms_norm, "varlen_attention": varlen_attention}
+    # -- ops-b: inference ops
+    def rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox=True):
+        """Batch-invariant ``bi_props.ops.rotary_embedding`` (custom op, see kernels.rotary)."""
+        q, k = ns.rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox)
+        return q, k
+
+    return {
+        "add_rms_norm": add_rms_norm,
+        "varlen_attention": varlen_attention,
+        "rotary_embedding": rotary_embedding,  # ops-b
+    }
 
 
 def install(namespace: str = NAMESPACE) -> None:
