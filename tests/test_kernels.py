@@ -560,7 +560,7 @@ from torch.autograd.profiler import profile
 
 import bi_props.ops as ops
 from bi_props.targets.kernels import activation, attention
-from bi_props.targets.kernels import rotary  # ops-b
+from bi_props.targets.kernels import rotary, sampling  # ops-b
 from bi_props.targets.kernels import linalg as L, normalization as N, reductions as R
 from bi_props.targets.kernels.register import KERNEL_PREFIX, ROUTES, install
 
@@ -666,6 +666,9 @@ entries = {
         "rotary_embedding",
         lambda: rotary.rotary_embedding(pos, rq, rk, 8, rc, True)[0],
     ),
+    "torch.argmax": (lambda: torch.argmax(a, dim=-1), "argmax", lambda: sampling.argmax(a, -1)),
+    "ops.top_k values": (lambda: ops.top_k(a, 3)[0], "top_k", lambda: sampling.top_k(a, 3)[0]),
+    "ops.top_k indices": (lambda: ops.top_k(a, 3)[1], "top_k", lambda: sampling.top_k(a, 3)[1]),
 }
 report = {
     "swapped": [ops.add_rms_norm is not stock_ops[0], ops.varlen_attention is not stock_ops[1]],
@@ -734,7 +737,7 @@ def test_routes_cover_the_catalogue_ops(install_report: dict) -> None:
     assert set(routes) == {
         "mm", "matmul", "bmm", "addmm", "linear", "sum", "mean", "softmax", "log_softmax",
         "rms_norm", "silu", "add_rms_norm", "attention",
-        "rotary_embedding",  # ops-b
+        "rotary_embedding", "greedy_argmax", "top_k",  # ops-b
     }  # fmt: skip
     seen = {e["want"] for e in install_report["entries"].values()}
     assert all(event in seen for events in routes.values() for event in events)

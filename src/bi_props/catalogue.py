@@ -1078,6 +1078,75 @@ def _rotary_repro(case: Case) -> tuple[str, str]:
     return definition, expr
 
 
+TIE_AMPLITUDE = 2
+"""The ``exact`` value class of the selection ops (greedy_argmax, top_k): integers in [-2, 2], so
+a row of more than five logits always has ties (the tie rule is what gets tested)."""
+
+
+def _logits_operand(case: Case) -> tuple[Operand, ...]:
+    return (Operand("logits", 0),)
+
+
+def _argmax_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]) -> Any:
+    import torch
+
+    (logits,) = args
+    return logits.argmax(dim=-1) if entry == "Tensor.argmax" else torch.argmax(logits, dim=-1)
+
+
+def _argmax_reference(
+    x: Sequence[np.ndarray], case: Case, lengths: Sequence[int], acc: str = "float32"
+):
+    """The index of each row's largest logit, ties to the lowest index (vLLM's greedy sampling):
+    numpy's argmax of the float64 values, which are the inputs exactly. Exact in every dtype."""
+    (logits,) = x
+    if logits.shape[-1] == 0:
+        value = np.zeros(logits.shape[:-1], dtype=np.float64)
+    else:
+        value = np.argmax(logits, axis=-1).astype(np.float64)
+    return (Reference(value, None, "int64", acc),)
+
+
+def _selection_amplitude(case: Case, acc: str = "float32") -> int:
+    """A selection compares inputs and never rounds: exact whatever the accumulator."""
+    return TIE_AMPLITUDE
+
+
+def _argmax_repro(case: Case) -> tuple[str, str]:
+    if case.entry == "Tensor.argmax":
+        return "", "args[0].argmax(dim=-1)"
+    return "", "torch.argmax(args[0], dim=-1)"
+
+
+def _top_k_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]) -> Any:
+    import importlib
+
+    module_name, _, attr = entry.rpartition(".")
+    function = getattr(importlib.import_module(module_name), attr)  # looked up now: swaps show
+    return tuple(function(args[0], case.opt("k", 1)))
+
+
+def _top_k_reference(
+    x: Sequence[np.ndarray], case: Case, lengths: Sequence[int], acc: str = "float32"
+):
+    """The k largest logits of each row in descending order and their indices, ties to the
+    lowest index (a stable descending sort): both exact in every dtype (a selection of inputs)."""
+    (logits,) = x
+    k = case.opt("k", 1)
+    order = np.argsort(-logits, axis=-1, kind="stable")[..., :k]
+    values = np.take_along_axis(logits, order, axis=-1)
+    return (
+        Reference(values, None, case.dtype, acc),
+        Reference(order.astype(np.float64), None, "int64", acc),
+    )
+
+
+def _top_k_repro(case: Case) -> tuple[str, str]:
+    module, _, attr = case.entry.rpartition(".")
+    definition = f"import {module} as _top_k_module  # looked up at call time (a target swaps it)\n"
+    return definition, f"_top_k_module.{attr}(args[0], {case.opt('k', 1)!r})"
+
+
 OPS: dict[str, OpSpec] = {
     op.name: op
     for op in (
@@ -1332,6 +1401,39 @@ OPS: dict[str, OpSpec] = {
             bound=ROTARY_BOUND,
             draw_shape=_shapes("rotary_embedding"),
             repro_call=_rotary_repro,
+        ),
+        OpSpec(
+            name="greedy_argmax",
+            entries=("torch.argmax", "Tensor.argmax"),
+            shape_doc="(m, vocab): logits (m, vocab) per sample; returns the argmax of each row"
+            " (int64), ties to the lowest index (vLLM's greedy sampling)",
+            operands=_logits_operand,
+            operand_shapes=_x_shape,
+            call=_argmax_call,
+            reference=_argmax_reference,
+            exact_amplitude=_selection_amplitude,
+            bound="exact (a selection: the index itself, ties to the lowest index)",
+            draw_shape=_shapes("logits"),
+            repro_call=_argmax_repro,
+            aten_names=("aten::argmax",),
+        ),
+        OpSpec(
+            name="top_k",
+            entries=("bi_props.ops.top_k",),
+            shape_doc="(m, vocab): logits (m, vocab) per sample, option k (1..vocab); returns"
+            " (values, indices) of each row's k largest, descending (torch.topk, sorted=True),"
+            " ties to the lowest index",
+            operands=_logits_operand,
+            operand_shapes=_x_shape,
+            call=_top_k_call,
+            reference=_top_k_reference,
+            exact_amplitude=_selection_amplitude,
+            output_batch_axes=(0, 0),
+            bound="exact: values bit for bit (a selection of inputs), indices exactly, ties to"
+            " the lowest index",
+            draw_shape=_shapes("top_k"),
+            repro_call=_top_k_repro,
+            aten_names=("aten::topk",),
         ),
     )
 }

@@ -107,3 +107,12 @@ def rotary_embedding(
         return torch.cat((out, rest), dim=-1).reshape(shape)
 
     return rotate(query), rotate(key)
+
+
+def top_k(logits: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """The k largest logits of each row and their indices, descending (``torch.topk`` with
+    sorted=True), ties to the lowest index: a stable descending sort, then the first k.
+    ``torch.topk`` itself is not the stock entry point because its CPU kernel orders ties
+    otherwise (measured, torch 2.13: not by index)."""
+    values, indices = torch.sort(logits, dim=-1, descending=True, stable=True)
+    return values[..., :k], indices[..., :k]

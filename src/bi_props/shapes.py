@@ -178,3 +178,15 @@ def rotary_embedding(draw: Any, ctx: Any) -> Shape:
         rot_dim = 2 * draw(ctx.integers(1, half))
     max_position = draw(ctx.extents(ctx.clip(ctx.space.rows, low=1, high=4096)))
     return (tokens, heads, kv_heads, head_size, rot_dim, max_position), options
+
+
+def logits(draw: Any, ctx: Any) -> Shape:
+    """(m, vocab): greedy_argmax (and top_k's rows); vocab >= 1, from the space's extent."""
+    return (draw(ctx.rows), draw(ctx.extents(ctx.clip(ctx.dim_extent, low=1)))), {}
+
+
+def top_k(draw: Any, ctx: Any) -> Shape:
+    """(m, vocab), option k in 1..vocab (tile-edge biased, shrinks toward 1)."""
+    shape, _ = logits(draw, ctx)
+    k = draw(ctx.extents(ctx.clip(ctx.dim_extent, low=1, high=shape[1])))
+    return shape, {"k": min(k, shape[1])}

@@ -47,6 +47,7 @@ class CpuTarget(Target):
             "add_rms_norm": ops.add_rms_norm,
             "varlen_attention": ops.varlen_attention,
             "rotary_embedding": ops.rotary_embedding,  # ops-b
+            "top_k": ops.top_k,  # ops-b
         }
 
     def activate(self) -> None:
@@ -82,6 +83,7 @@ class CpuTarget(Target):
             "add_rms_norm": "add_rms_norm",
             "attention": "varlen_attention",
             "rotary_embedding": "rotary_embedding",  # ops-b
+            "top_k": "top_k",  # ops-b
         }.get(op)
         if attr is None:
             return {}

@@ -27,6 +27,7 @@ from . import (
     normalization,
     reductions,
     rotary,  # ops-b
+    sampling,  # ops-b
 )
 
 NAMESPACE = "bi_props_cpu"
@@ -85,6 +86,8 @@ _SCHEMAS: dict[str, tuple[str, Callable[..., Any]]] = {
         " Tensor cos_sin_cache, bool is_neox=True) -> (Tensor, Tensor)",
         rotary.rotary_embedding,
     ),
+    "argmax": ("argmax(Tensor self, int? dim=None, bool keepdim=False) -> Tensor", sampling.argmax),
+    "top_k": ("top_k(Tensor logits, int k) -> (Tensor, Tensor)", sampling.top_k),
 }
 
 
@@ -107,6 +110,8 @@ def routes(namespace: str = NAMESPACE) -> dict[str, tuple[str, ...]]:
         "attention": (p + "varlen_attention",),
         # -- ops-b: inference ops
         "rotary_embedding": (p + "rotary_embedding",),
+        "greedy_argmax": (p + "argmax",),
+        "top_k": (p + "top_k",),
     }
 
 
@@ -141,6 +146,8 @@ def _aten_overrides(ns: Any) -> dict[str, Callable[..., Any]]:
             input, normalized_shape, weight, eps
         ),
         "silu": lambda self: ns.silu(self),
+        # -- ops-b
+        "argmax": lambda self, dim=None, keepdim=False: ns.argmax(self, dim, keepdim),
     }
 
 
@@ -174,10 +181,16 @@ def _swapped(ns: Any) -> dict[str, Callable[..., Any]]:
         q, k = ns.rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox)
         return q, k
 
+    def top_k(logits, k):
+        """Batch-invariant ``bi_props.ops.top_k`` (custom op, see kernels.sampling)."""
+        values, indices = ns.top_k(logits, k)
+        return values, indices
+
     return {
         "add_rms_norm": add_rms_norm,
         "varlen_attention": varlen_attention,
         "rotary_embedding": rotary_embedding,  # ops-b
+        "top_k": top_k,  # ops-b
     }
 
 
