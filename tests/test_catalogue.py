@@ -435,7 +435,13 @@ def _emulate(case: Case, x: list[np.ndarray], how: str) -> list[np.ndarray]:
     raise AssertionError(op)  # pragma: no cover
 
 
-@pytest.mark.parametrize("op", [op for op in OPS if op not in EXACT_OPS])
+# Selections: exact whatever the order, since they compare and never round; their
+# exact class (small integers: ties) is checked against stock torch and the tree kernels in
+# tests/test_engine_ops_b.py.
+SELECTION_OPS = ["greedy_argmax", "top_k"]
+
+
+@pytest.mark.parametrize("op", [op for op in OPS if op not in EXACT_OPS + SELECTION_OPS])
 def test_other_ops_never_claim_exactness(op):
     """Exactness is claimed only where this file checks that it is sound."""
 
@@ -657,7 +663,7 @@ def test_stock_signed_zeros_pass_the_reference_property(op, dtype, options):
 # Bounded references hold stock torch's results and reject wrong ones.
 
 
-@pytest.mark.parametrize("op", REFERENCE_OPS)
+@pytest.mark.parametrize("op", [op for op in REFERENCE_OPS if op not in SELECTION_OPS])
 def test_bounded_reference_contains_stock_torch(op):
     @settings(max_examples=25, **CHEAP)
     @given(cases(BOUNDED, op, "reference"))
@@ -673,6 +679,29 @@ def test_bounded_reference_contains_stock_torch(op):
                 tol = np.broadcast_to(ref.tolerance, ref.value.shape)
                 assert np.all((tol >= 0) | np.isnan(ref.value))  # mean of nothing: NaN, NaN
             mismatch = compare_to_reference(_bits(out), ref.value, ref.tolerance, ref.dtype, "x")
+            assert mismatch is None, f"{case!r}\n{mismatch}"
+        verdict = judge_reference(_observe(outputs, refs))
+        assert verdict.ok, verdict.message
+
+    run()
+
+
+@pytest.mark.parametrize("op", [op for op in SELECTION_OPS if op in OPS])
+@pytest.mark.parametrize("space", [BOUNDED, EXACT], ids=["bounded", "exact"])
+def test_selection_reference_is_stock_torch_exactly(op, space):
+    """Selections have exact references in every value class: stock torch's result
+    (the drawn entry point), bit for bit, ties included (the exact class has many)."""
+
+    @settings(max_examples=25, **CHEAP)
+    @given(cases(space, op, "reference"))
+    def run(case):
+        _, outputs, refs = _run(case)
+        assert len(outputs) == len(refs)
+        for out, ref in zip(outputs, refs, strict=True):
+            assert ref.tolerance is None
+            assert ref.dtype == str(out.dtype).removeprefix("torch.")
+            assert tuple(out.shape) == ref.value.shape
+            mismatch = compare_to_reference(_bits(out), ref.value, None, ref.dtype, "x")
             assert mismatch is None, f"{case!r}\n{mismatch}"
         verdict = judge_reference(_observe(outputs, refs))
         assert verdict.ok, verdict.message

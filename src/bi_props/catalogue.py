@@ -1273,6 +1273,168 @@ def _add_rms_norm_repro(case: Case) -> tuple[str, str]:
     return definition, expr
 
 
+# ---------------------------------------------------------------------------------------------
+# Inference ops: rotary_embedding, greedy_argmax, top_k
+
+ROTARY_BOUND = (
+    "each rotated element is x1 cos - x2 sin (or x2 cos + x1 sin): two products and one add,"
+    " 2 u_acc (|x1 cos| + |x2 sin|); the pass-through part exact; plus one rounding to the output"
+    " dtype and the smallest normal"
+)
+
+
+def _rotary_operands(case: Case) -> tuple[Operand, ...]:
+    """positions (int64 in [0, max_position)), query and key per token; the cache shared."""
+    max_position = case.shape[5]
+    return (
+        Operand("positions", 0, tokens=max_position),
+        Operand("query", 0),
+        Operand("key", 0),
+        Operand("cos_sin_cache", None),
+    )
+
+
+def _rotary_shapes(case: Case, rows: int) -> tuple[tuple[int, ...], ...]:
+    _, heads, kv_heads, head_size, rot_dim, max_position = case.shape
+    query, key = (rows, heads * head_size), (rows, kv_heads * head_size)
+    return ((rows,), query, key, (max_position, rot_dim))
+
+
+def _rotary_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]) -> Any:
+    import importlib
+
+    module_name, _, attr = entry.rpartition(".")
+    function = getattr(importlib.import_module(module_name), attr)  # looked up now: swaps show
+    positions, query, key, cache = args
+    return tuple(function(positions, query, key, case.shape[3], cache, case.opt("is_neox", True)))
+
+
+def _rotary_value(
+    x: np.ndarray, cos: np.ndarray, sin: np.ndarray, head_size: int, rot_dim: int, neox: bool
+) -> tuple[np.ndarray, np.ndarray]:
+    """(value, magnitude) of x (tokens, heads * head_size) rotated, in float64; magnitude is
+    |x1 cos| + |x2 sin| on rotated elements (what the products' roundings scale with), |x| on
+    the pass-through part."""
+    tokens = x.shape[0]
+    h = x.reshape(tokens, x.shape[1] // head_size, head_size)
+    value, magnitude = h.copy(), np.abs(h)
+    c, s = cos[:, None, :], sin[:, None, :]
+    half = rot_dim // 2
+    if neox:
+        first, second = slice(0, half), slice(half, rot_dim)
+    else:
+        first, second = slice(0, rot_dim, 2), slice(1, rot_dim, 2)
+    x1, x2 = h[..., first], h[..., second]
+    with np.errstate(all="ignore"):
+        value[..., first] = x1 * c - x2 * s
+        value[..., second] = x2 * c + x1 * s
+        magnitude[..., first] = np.abs(x1 * c) + np.abs(x2 * s)
+        magnitude[..., second] = np.abs(x2 * c) + np.abs(x1 * s)
+    return value.reshape(x.shape), magnitude.reshape(x.shape)
+
+
+def _rotary_reference(
+    x: Sequence[np.ndarray], case: Case, lengths: Sequence[int], acc: str = "float32"
+):
+    """vLLM's rotary embedding in float64 from the same cache values: cos = cache[p, :rot/2],
+    sin = cache[p, rot/2:]; neox rotates the halves of the first rot_dim elements of each head,
+    gpt-j the interleaved pairs; the rest of the head passes through. Each rotated element is two
+    products and one add in ``acc``: error <= 2 u_acc (|x1 cos| + |x2 sin|) (an FMA rounds less)."""
+    positions, query, key, cache = x
+    _, _, _, head_size, rot_dim, _ = case.shape
+    neox = bool(case.opt("is_neox", True))
+    picked = cache[np.asarray(positions, dtype=np.int64)]
+    cos, sin = picked[:, : rot_dim // 2], picked[:, rot_dim // 2 :]
+    u, dtype = unit_roundoff(acc), case.dtype
+    refs = []
+    for operand in (query, key):
+        value, magnitude = _rotary_value(operand, cos, sin, head_size, rot_dim, neox)
+        rotated = np.zeros(value.shape, dtype=bool)
+        heads = value.shape[1] // head_size
+        rotated.reshape(value.shape[0], heads, head_size)[..., :rot_dim] = True
+        error = np.where(rotated, 2 * u * magnitude, 0.0)
+        bound = _output_rounding(value, error, dtype, np.where(rotated, magnitude, 0.0), acc)
+        refs.append(Reference(value, bound, dtype, acc))
+    return tuple(refs)
+
+
+def _rotary_repro(case: Case) -> tuple[str, str]:
+    module, _, attr = case.entry.rpartition(".")
+    head_size, neox = case.shape[3], bool(case.opt("is_neox", True))
+    definition = f"import {module} as _rope_module  # looked up at call time (a target swaps it)\n"
+    expr = f"_rope_module.{attr}(args[0], args[1], args[2], {head_size}, args[3], {neox!r})"
+    return definition, expr
+
+
+TIE_AMPLITUDE = 2
+"""The ``exact`` value class of the selection ops (greedy_argmax, top_k): integers in [-2, 2], so
+a row of more than five logits always has ties (the tie rule is what gets tested)."""
+
+
+def _logits_operand(case: Case) -> tuple[Operand, ...]:
+    return (Operand("logits", 0),)
+
+
+def _argmax_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]) -> Any:
+    import torch
+
+    (logits,) = args
+    return logits.argmax(dim=-1) if entry == "Tensor.argmax" else torch.argmax(logits, dim=-1)
+
+
+def _argmax_reference(
+    x: Sequence[np.ndarray], case: Case, lengths: Sequence[int], acc: str = "float32"
+):
+    """The index of each row's largest logit, ties to the lowest index (vLLM's greedy sampling):
+    numpy's argmax of the float64 values, which are the inputs exactly. Exact in every dtype."""
+    (logits,) = x
+    if logits.shape[-1] == 0:
+        value = np.zeros(logits.shape[:-1], dtype=np.float64)
+    else:
+        value = np.argmax(logits, axis=-1).astype(np.float64)
+    return (Reference(value, None, "int64", acc),)
+
+
+def _selection_amplitude(case: Case, acc: str = "float32") -> int:
+    """A selection compares inputs and never rounds: exact whatever the accumulator."""
+    return TIE_AMPLITUDE
+
+
+def _argmax_repro(case: Case) -> tuple[str, str]:
+    if case.entry == "Tensor.argmax":
+        return "", "args[0].argmax(dim=-1)"
+    return "", "torch.argmax(args[0], dim=-1)"
+
+
+def _top_k_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]) -> Any:
+    import importlib
+
+    module_name, _, attr = entry.rpartition(".")
+    function = getattr(importlib.import_module(module_name), attr)  # looked up now: swaps show
+    return tuple(function(args[0], case.opt("k", 1)))
+
+
+def _top_k_reference(
+    x: Sequence[np.ndarray], case: Case, lengths: Sequence[int], acc: str = "float32"
+):
+    """The k largest logits of each row in descending order and their indices, ties to the
+    lowest index (a stable descending sort): both exact in every dtype (a selection of inputs)."""
+    (logits,) = x
+    k = case.opt("k", 1)
+    order = np.argsort(-logits, axis=-1, kind="stable")[..., :k]
+    values = np.take_along_axis(logits, order, axis=-1)
+    return (
+        Reference(values, None, case.dtype, acc),
+        Reference(order.astype(np.float64), None, "int64", acc),
+    )
+
+
+def _top_k_repro(case: Case) -> tuple[str, str]:
+    module, _, attr = case.entry.rpartition(".")
+    definition = f"import {module} as _top_k_module  # looked up at call time (a target swaps it)\n"
+    return definition, f"_top_k_module.{attr}(args[0], {case.opt('k', 1)!r})"
+
+
 OPS: dict[str, OpSpec] = {
     op.name: op
     for op in (
@@ -1588,6 +1750,60 @@ OPS: dict[str, OpSpec] = {
             draw_shape=_shapes("engine"),
             companion_rows=_companions("engine_companions"),
             max_companions=ENGINE_MAX_COMPANIONS,
+        ),
+        # -- inference ops ------------------------------------------------------------
+        OpSpec(
+            name="rotary_embedding",
+            entries=("bi_props.ops.rotary_embedding",),
+            shape_doc="(tokens, heads, kv_heads, head_size, rot_dim, max_position): positions"
+            " (tokens,) int64, query (tokens, heads * head_size) and key (tokens, kv_heads *"
+            " head_size) per token, cos_sin_cache (max_position, rot_dim) shared; option is_neox;"
+            " returns the rotated (query, key) (vLLM's semantics, not in place)",
+            operands=_rotary_operands,
+            operand_shapes=_rotary_shapes,
+            call=_rotary_call,
+            reference=_rotary_reference,
+            exact_amplitude=_never_exact,
+            output_batch_axes=(0, 0),
+            option_choices={"is_neox": (True, False)},
+            bound=ROTARY_BOUND,
+            draw_shape=_shapes("rotary_embedding"),
+            repro_call=_rotary_repro,
+        ),
+        OpSpec(
+            name="greedy_argmax",
+            entries=("torch.argmax", "Tensor.argmax"),
+            shape_doc="(m, vocab): logits (m, vocab) per sample; returns the argmax of each row"
+            " (int64), ties to the lowest index (vLLM's greedy sampling)",
+            operands=_logits_operand,
+            operand_shapes=_x_shape,
+            call=_argmax_call,
+            reference=_argmax_reference,
+            exact_amplitude=_selection_amplitude,
+            bound="exact (a selection: the index itself, ties to the lowest index)",
+            negative_control=False,  # comparisons only, no rounding: stock cannot drift with M
+            draw_shape=_shapes("logits"),
+            repro_call=_argmax_repro,
+            aten_names=("aten::argmax",),
+        ),
+        OpSpec(
+            name="top_k",
+            entries=("bi_props.ops.top_k",),
+            shape_doc="(m, vocab): logits (m, vocab) per sample, option k (1..vocab); returns"
+            " (values, indices) of each row's k largest, descending (torch.topk, sorted=True),"
+            " ties to the lowest index",
+            operands=_logits_operand,
+            operand_shapes=_x_shape,
+            call=_top_k_call,
+            reference=_top_k_reference,
+            exact_amplitude=_selection_amplitude,
+            output_batch_axes=(0, 0),
+            bound="exact: values bit for bit (a selection of inputs), indices exactly, ties to"
+            " the lowest index",
+            negative_control=False,  # a selection of inputs: no rounding a batch could reorder
+            draw_shape=_shapes("top_k"),
+            repro_call=_top_k_repro,
+            aten_names=("aten::topk",),
         ),
     )
 }

@@ -19,6 +19,17 @@ FORMATS: dict[str, tuple[type, int, float]] = {
 }
 
 
+INTEGER_DTYPES = ("int64",)
+"""Integer outputs (an argmax, top-k indices): their "bits" are the values themselves, compared
+exactly; an ulp between two of them is a difference of 1."""
+
+
+def _hex_width(dtype: str) -> int:
+    if dtype in INTEGER_DTYPES:
+        return 16
+    return np.dtype(FORMATS[dtype][0]).itemsize * 2
+
+
 def unit_roundoff(dtype: str) -> float:
     """u = 2**-p: the relative error of one round-to-nearest in ``dtype``."""
     return 2.0 ** -FORMATS[dtype][1]
@@ -66,6 +77,8 @@ def bits_to_float64(bits: np.ndarray, dtype: str) -> np.ndarray:
         return bits_to_float64(bits.reshape(1), dtype).reshape(())
     if dtype == "float64":
         return bits.view(np.float64).copy()
+    if dtype in INTEGER_DTYPES:
+        return bits.astype(np.float64)
     if dtype == "float32":
         return bits.view(np.float32).astype(np.float64)
     if dtype == "float16":
@@ -96,6 +109,8 @@ def round_to_bits(values: np.ndarray, dtype: str) -> np.ndarray:
     with np.errstate(over="ignore", invalid="ignore"):
         if dtype == "float64":
             return values.view(np.uint64).copy()
+        if dtype in INTEGER_DTYPES:  # integer-valued references (exact below 2^53)
+            return values.astype(np.int64)
         if dtype == "float32":
             return values.astype(np.float32).view(np.uint32)
         if dtype == "float16":
@@ -111,7 +126,10 @@ def round_to_bits(values: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def ordered(bits: np.ndarray, dtype: str) -> np.ndarray:
-    """Map bit patterns to integers whose order is the order of the floats (for ULP distance)."""
+    """Map bit patterns to integers whose order is the order of the floats (for ULP distance);
+    integer outputs are their own order."""
+    if dtype in INTEGER_DTYPES:
+        return np.asarray(bits).astype(np.int64)
     width = np.dtype(FORMATS[dtype][0]).itemsize * 8
     b = bits.astype(np.int64) if width < 64 else bits.view(np.int64)
     sign = np.int64(1) << (width - 1) if width < 64 else np.int64(-(2**63))
@@ -126,7 +144,7 @@ def ordered(bits: np.ndarray, dtype: str) -> np.ndarray:
 def ulp_distance(actual: np.ndarray, desired: np.ndarray, dtype: str) -> np.ndarray:
     """Number of representable values between two bit patterns (0 for +0.0 vs -0.0)."""
     a, d = ordered(actual, dtype), ordered(desired, dtype)
-    if dtype == "float64":  # the difference of two int64 orders can overflow int64
+    if dtype == "float64" or dtype in INTEGER_DTYPES:  # an int64 difference can overflow
         return np.abs(a.astype(object) - d.astype(object))
     return np.abs(a - d)
 
@@ -150,7 +168,7 @@ class Mismatch:
     bound: float | None = None
 
     def __str__(self) -> str:
-        width = np.dtype(FORMATS[self.dtype][0]).itemsize * 2
+        width = _hex_width(self.dtype)
         pct = 100.0 * self.mismatched / max(self.total, 1)
         lines = [
             f"{self.what}",

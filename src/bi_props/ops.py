@@ -93,3 +93,51 @@ def varlen_attention(
     mask = mask | ~valid.any(dim=1)[:, None, None, None]
     out = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=mask, scale=scale)
     return out.transpose(1, 2)[seq, pos].to(q.dtype)
+
+
+# -- inference ops -------------------------------------------------------------------------
+
+
+def rotary_embedding(
+    positions: Tensor,
+    query: Tensor,
+    key: Tensor,
+    head_size: int,
+    cos_sin_cache: Tensor,
+    is_neox: bool = True,
+) -> tuple[Tensor, Tensor]:
+    """vLLM's rotary embedding (``RotaryEmbedding.forward_native``), returning new tensors.
+
+    positions (T,) int64; query (T, H * head_size), key (T, Hkv * head_size); cos_sin_cache
+    (max_position, rot_dim) holds cos in its first rot_dim / 2 columns and sin in the rest. The
+    first rot_dim elements of each head are rotated (neox: the two halves; gpt-j: interleaved
+    pairs), the rest pass through. As in vLLM, the arithmetic runs in the operands' dtype (a
+    16-bit query rounds each product in 16 bits)."""
+    cos_sin = cos_sin_cache.index_select(0, positions)
+    cos, sin = cos_sin.chunk(2, dim=-1)
+
+    def rotate(x: Tensor) -> Tensor:
+        shape = x.shape
+        x = x.reshape(x.shape[0], x.shape[1] // head_size, head_size)
+        rot_dim = cos_sin_cache.shape[-1]
+        rot, rest = x[..., :rot_dim], x[..., rot_dim:]
+        c, s = cos.unsqueeze(-2).to(x.dtype), sin.unsqueeze(-2).to(x.dtype)
+        if is_neox:
+            x1, x2 = torch.chunk(rot, 2, dim=-1)
+        else:
+            x1, x2 = rot[..., ::2], rot[..., 1::2]
+        o1 = x1 * c - x2 * s
+        o2 = x2 * c + x1 * s
+        out = torch.cat((o1, o2), dim=-1) if is_neox else torch.stack((o1, o2), dim=-1).flatten(-2)
+        return torch.cat((out, rest), dim=-1).reshape(shape)
+
+    return rotate(query), rotate(key)
+
+
+def top_k(logits: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """The k largest logits of each row and their indices, descending (``torch.topk`` with
+    sorted=True), ties to the lowest index: a stable descending sort, then the first k.
+    ``torch.topk`` itself is not the stock entry point because its CPU kernel orders ties
+    otherwise (measured, torch 2.13: not by index)."""
+    values, indices = torch.sort(logits, dim=-1, descending=True, stable=True)
+    return values[..., :k], indices[..., :k]

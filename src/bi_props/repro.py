@@ -71,11 +71,14 @@ def layout(t, name):
 
 
 INT = {torch.float64: torch.int64, torch.float32: torch.int32, torch.bfloat16: torch.int16,
-       torch.float16: torch.int16}
+       torch.float16: torch.int16, torch.int64: torch.int64}  # int64: an index output
 
 
 def ordered(t):
-    """Bit patterns as integers in the order of the floats (for ULP distances)."""
+    """Bit patterns as integers in the order of the floats (for ULP distances); an integer
+    output (an index) is its own order."""
+    if not t.is_floating_point():
+        return t.to(torch.int64)
     b = t.contiguous().view(INT[t.dtype]).to(torch.int64)
     width = t.element_size() * 8
     if width < 64:

@@ -182,3 +182,37 @@ def embedding(draw: Any, ctx: Any) -> Shape:
     """(m, vocab, h): a small vocabulary (a tile edge and a prime among them), h from the space."""
     vocab = draw(ctx.choice(tuple([1, 16, 17, 257])))
     return (draw(ctx.rows), vocab, draw(ctx.dim)), {}
+
+
+# -- inference ops -------------------------------------------------------------------------
+
+
+def rotary_embedding(draw: Any, ctx: Any) -> Shape:
+    """(tokens, heads, kv_heads, head_size, rot_dim, max_position), option is_neox.
+
+    head_size is even, from the space's extent halved (tile-edge biased: 2 * (16 +- 1) ...),
+    at most 256; rot_dim is the whole head, or (partial rotary) an even part of it; the cache
+    has 1..4096 positions (tile-edge biased)."""
+    options = {"is_neox": draw(ctx.option("is_neox"))}
+    tokens = draw(ctx.rows)
+    kv_heads = draw(ctx.choice((1, 2)))
+    heads = kv_heads * draw(ctx.choice((1, 2, 4)))
+    half = draw(ctx.extents(ctx.clip(ctx.dim_extent, low=1, high=128)))
+    head_size = 2 * half
+    rot_dim = head_size
+    if draw(st.booleans()):  # partial rotary (shrinks toward the full head)
+        rot_dim = 2 * draw(ctx.integers(1, half))
+    max_position = draw(ctx.extents(ctx.clip(ctx.space.rows, low=1, high=4096)))
+    return (tokens, heads, kv_heads, head_size, rot_dim, max_position), options
+
+
+def logits(draw: Any, ctx: Any) -> Shape:
+    """(m, vocab): greedy_argmax (and top_k's rows); vocab >= 1, from the space's extent."""
+    return (draw(ctx.rows), draw(ctx.extents(ctx.clip(ctx.dim_extent, low=1)))), {}
+
+
+def top_k(draw: Any, ctx: Any) -> Shape:
+    """(m, vocab), option k in 1..vocab (tile-edge biased, shrinks toward 1)."""
+    shape, _ = logits(draw, ctx)
+    k = draw(ctx.extents(ctx.clip(ctx.dim_extent, low=1, high=shape[1])))
+    return shape, {"k": min(k, shape[1])}

@@ -3,7 +3,7 @@ batch-invariant kernels (targets/kernels) when ``VLLM_BATCH_INVARIANT=1``.
 
 It plays the role vllm-ascend plays on an NPU: the switch is read from the environment in a fresh
 process, aten ops are re-registered on the CPU dispatch key through custom ops that the profiler
-shows (``bi_props_cpu::mm``...), and two composite entry points are swapped as module attributes.
+shows (``bi_props_cpu::mm``...), and composite entry points are swapped as module attributes.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ STOCK_PRECISION = {
     "attention": "output",
     "silu_and_mul": "output",
     "gelu_and_mul": "output",
+    "rotary_embedding": "output",  # vLLM's forward_native, in the operands' dtype
 }
 """Stock CPU PyTorch's internal precision where it is not float32 (torch 2.13, measured against
 the float64 reference over 300 drawn cases per op and dtype): 16-bit linear with a bias and 3-D
@@ -38,6 +39,8 @@ _SWAPPED = {
     "silu_and_mul": "silu_and_mul",
     "gelu_and_mul": "gelu_and_mul",
     "fused_add_rms_norm": "fused_add_rms_norm",
+    "rotary_embedding": "rotary_embedding",
+    "top_k": "top_k",
 }
 """Catalogue op -> the ``bi_props.ops`` composite the enabled target swaps for its kernel."""
 

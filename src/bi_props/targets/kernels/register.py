@@ -1,12 +1,12 @@
 """``install()``: route stock PyTorch CPU entry points to the batch-invariant kernels.
 
 Each kernel becomes a custom op ``{namespace}::<name>`` (so the profiler names it), the aten ops
-are re-registered on the CPU dispatch key to call those custom ops, and the two composite entry
+are re-registered on the CPU dispatch key to call those custom ops, and the composite entry
 points of ``bi_props.ops`` are swapped. Like upstream batch-invariant switches it is one-way for
 the process: there is no uninstall, so tests install it in a subprocess.
 
 Autograd: ops with an aten derivative formula (mm, addmm, bmm, mv, dot, sum, mean, _softmax,
-_log_softmax) keep it, since the override sits below autograd. rms_norm and the two composites are
+_log_softmax) keep it, since the override sits below autograd. rms_norm and the composites are
 forward-only once installed (inputs may require grad; PyTorch warns if one backpropagates).
 ``KERNEL_PREFIX`` and ``ROUTES`` describe the default namespace; ``routes(ns)`` any other.
 """
@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from . import activation, attention, gather, linalg, normalization, reductions
+from . import activation, attention, gather, linalg, normalization, reductions, rotary, sampling
 
 NAMESPACE = "bi_props_cpu"
 KERNEL_PREFIX = f"{NAMESPACE}::"
@@ -87,6 +87,14 @@ _SCHEMAS: dict[str, tuple[str, Callable[..., Any]]] = {
         " bool causal=True) -> Tensor",
         attention.varlen_attention,
     ),
+    # -- inference ops
+    "rotary_embedding": (
+        "rotary_embedding(Tensor positions, Tensor query, Tensor key, int head_size,"
+        " Tensor cos_sin_cache, bool is_neox=True) -> (Tensor, Tensor)",
+        rotary.rotary_embedding,
+    ),
+    "argmax": ("argmax(Tensor self, int? dim=None, bool keepdim=False) -> Tensor", sampling.argmax),
+    "top_k": ("top_k(Tensor logits, int k) -> (Tensor, Tensor)", sampling.top_k),
 }
 
 
@@ -112,6 +120,10 @@ def routes(namespace: str = NAMESPACE) -> dict[str, tuple[str, ...]]:
         "fused_add_rms_norm": (p + "fused_add_rms_norm",),
         "layer_norm": (p + "layer_norm",),
         "embedding": (p + "embedding",),
+        # -- inference ops
+        "rotary_embedding": (p + "rotary_embedding",),
+        "greedy_argmax": (p + "argmax",),
+        "top_k": (p + "top_k",),
     }
 
 
@@ -148,6 +160,8 @@ def _aten_overrides(ns: Any) -> dict[str, Callable[..., Any]]:
         "silu": lambda self: ns.silu(self),
         "layer_norm": _layer_norm(ns),
         "embedding": _embedding(ns),
+        # -- inference ops
+        "argmax": lambda self, dim=None, keepdim=False: ns.argmax(self, dim, keepdim),
     }
 
 
@@ -204,12 +218,25 @@ def _swapped(ns: Any) -> dict[str, Callable[..., Any]]:
         ns.fused_add_rms_norm(x, residual, weight, float(eps))
         return x, residual
 
+    # -- inference ops
+    def rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox=True):
+        """Batch-invariant ``bi_props.ops.rotary_embedding`` (custom op, see kernels.rotary)."""
+        q, k = ns.rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox)
+        return q, k
+
+    def top_k(logits, k):
+        """Batch-invariant ``bi_props.ops.top_k`` (custom op, see kernels.sampling)."""
+        values, indices = ns.top_k(logits, k)
+        return values, indices
+
     return {
         "add_rms_norm": add_rms_norm,
         "varlen_attention": varlen_attention,
         "silu_and_mul": silu_and_mul,
         "gelu_and_mul": gelu_and_mul,
         "fused_add_rms_norm": fused_add_rms_norm,
+        "rotary_embedding": rotary_embedding,
+        "top_k": top_k,
     }
 
 
