@@ -358,7 +358,8 @@ def test_reproducer_runs_and_compares(op: str, shape: tuple, options: dict, tmp_
     values = "general" if op == "rotary_embedding" else "exact"
     case = _case(op, "bfloat16", shape, options, 1, values)
     exported = execute.export("reference", case, target)
-    setup = {"enabled": target.repro_setup(True), "disabled": "pass"}
+    # the cpu target's own setups (its switch-off one is only a comment: it must still compile)
+    setup = {"enabled": target.repro_setup(True), "disabled": target.repro_setup(False)}
     finding = {"property": "reference", "switch": "enabled", "kind": "mismatch", "message": ""}
     path = tmp_path / f"{op}.py"
     path.write_text(repro.script(finding, case, exported, setup, target.kernel_prefix))
