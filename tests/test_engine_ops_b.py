@@ -331,3 +331,40 @@ def test_top_k_kernel_is_batch_invariant(dtype: str) -> None:
             companions = [Companion(seed + 100, 300), Companion(seed + 200, 1), Companion(7, 16)]
             for position in (0, 1, 3):
                 _batch_invariant(case, _top_k_kernel, position, companions)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reproducers: int64 outputs and the swapped entry points in a standalone script
+
+
+@pytest.mark.parametrize(
+    "op, shape, options",
+    [
+        ("greedy_argmax", (3, 9), {}),
+        ("top_k", (3, 9), {"k": 4}),
+        ("rotary_embedding", (3, 1, 1, 8, 6, 5), {"is_neox": False}),
+    ],
+)
+def test_reproducer_runs_and_compares(op: str, shape: tuple, options: dict, tmp_path) -> None:
+    """A reference reproducer for each op runs standalone, compares every output (int64 indices
+    included) and says the (correct) result does not reproduce a finding."""
+    import subprocess
+    import sys
+
+    from bi_props import execute, repro
+    from bi_props.targets.cpu import CpuTarget
+
+    target = CpuTarget()
+    values = "general" if op == "rotary_embedding" else "exact"
+    case = _case(op, "bfloat16", shape, options, 1, values)
+    exported = execute.export("reference", case, target)
+    # the cpu target's own setups (its switch-off one is only a comment: it must still compile)
+    setup = {"enabled": target.repro_setup(True), "disabled": target.repro_setup(False)}
+    finding = {"property": "reference", "switch": "enabled", "kind": "mismatch", "message": ""}
+    path = tmp_path / f"{op}.py"
+    path.write_text(repro.script(finding, case, exported, setup, target.kernel_prefix))
+    proc = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    outputs = len(OPS[op].output_batch_axes)
+    assert proc.stdout.count("vs the float64 reference") == outputs, proc.stdout
+    assert "does NOT reproduce" in proc.stdout

@@ -315,7 +315,8 @@ def script(
     env = ", ".join(f"{k} {v}" for k, v in (environment or {}).items())
 
     def setup_function(state: str) -> str:
-        body = textwrap.indent(setup.get(state, "") or "pass", "    ")
+        # "pass" last: a setup that is only a comment (the cpu target's switch-off) still compiles
+        body = textwrap.indent(f"{setup.get(state, '') or ''}\npass", "    ")
         return f"def setup_{state}():\n{body}\n"
 
     title = (
