@@ -6,9 +6,10 @@ points of ``bi_props.ops`` are swapped. Like upstream batch-invariant switches i
 the process: there is no uninstall, so tests install it in a subprocess.
 
 Autograd: ops with an aten derivative formula (mm, addmm, bmm, mv, dot, sum, mean, _softmax,
-_log_softmax, argmax) keep it, since the override sits below autograd. rms_norm, layer_norm,
-embedding and the swapped composites are forward-only once installed (inputs may require grad;
-PyTorch warns if one backpropagates; embedding's backward under ``install()`` is untested).
+_log_softmax) keep it, since the override sits below autograd (argmax has none). rms_norm,
+layer_norm, embedding and the swapped composites are forward-only once installed (inputs may
+require grad; PyTorch warns if one backpropagates; embedding's backward under ``install()`` is
+untested).
 ``KERNEL_PREFIX`` and ``ROUTES`` describe the default namespace; ``routes(ns)`` any other.
 """
 
