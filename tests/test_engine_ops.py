@@ -269,3 +269,20 @@ def test_an_op_stock_cannot_make_batch_variant_has_no_blind_control() -> None:
     assert ("embedding", "batch_invariance", "enabled") in cells(["embedding"])
     assert ("embedding", "batch_invariance", "disabled") not in cells(["embedding"])
     assert controls(["layer_norm"]) == [("layer_norm", "batch_invariance")]
+
+
+def test_norm_kernels_refuse_a_wrong_normalized_shape_as_aten_does() -> None:
+    """rms_norm and layer_norm share one shape check, worded as aten's layer_norm words it (aten's
+    rms_norm writes "[*4]" where layer_norm writes "[*, 4]")."""
+    import torch
+    import torch.nn.functional as F
+
+    from bi_props.targets.kernels import normalization as N
+
+    x = torch.ones(2, 3)
+    with pytest.raises(RuntimeError) as expected:
+        F.layer_norm(x, [4])
+    for kernel in (N.rms_norm, N.layer_norm):
+        with pytest.raises(RuntimeError) as got:
+            kernel(x, [4])
+        assert str(got.value) == str(expected.value), kernel

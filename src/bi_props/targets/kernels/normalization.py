@@ -79,6 +79,22 @@ def log_softmax(self: Tensor, dim: int, half_to_float: bool = False) -> Tensor:
     return _softmax_entry(self, dim, half_to_float, log_output=True)
 
 
+def _checked_shape(input: Tensor, normalized_shape: Sequence[int]) -> list[int]:
+    """``normalized_shape`` as a list, after aten's own check (and message) that the input ends
+    with it: rms_norm and layer_norm share it."""
+    shape = list(normalized_shape)
+    k = len(shape)
+    torch._check(
+        input.dim() >= k and list(input.shape[input.dim() - k :]) == shape,
+        lambda: (
+            f"Given normalized_shape={shape}, expected input with shape [*"
+            + "".join(f", {s}" for s in shape)
+            + f"], but got input of size{list(input.shape)}"
+        ),
+    )
+    return shape
+
+
 @torch.no_grad()
 def rms_norm(
     input: Tensor,
@@ -93,16 +109,8 @@ def rms_norm(
     correctly rounded elementwise ops, so a row never sees the batch. eps defaults to the compute
     dtype's epsilon (float32's for bf16/fp16 input), exactly as aten does.
     """
-    shape = list(normalized_shape)
+    shape = _checked_shape(input, normalized_shape)
     k = len(shape)
-    torch._check(
-        input.dim() >= k and list(input.shape[input.dim() - k :]) == shape,
-        lambda: (
-            f"Given normalized_shape={shape}, expected input with shape [*"
-            + "".join(f", {s}" for s in shape)
-            + f"], but got input of size{list(input.shape)}"
-        ),
-    )
     if weight is not None:
         torch._check(
             list(weight.shape) == shape,
@@ -167,16 +175,8 @@ def layer_norm(
     (the package's), a division, the weight product and the bias add, rounded once to the input
     dtype. Every tree depends on n only, so a row never sees the batch.
     """
-    shape = list(normalized_shape)
+    shape = _checked_shape(input, normalized_shape)
     k = len(shape)
-    torch._check(
-        input.dim() >= k and list(input.shape[input.dim() - k :]) == shape,
-        lambda: (
-            f"Given normalized_shape={shape}, expected input with shape [*"
-            + "".join(f", {s}" for s in shape)
-            + f"], but got input of size{list(input.shape)}"
-        ),
-    )
     cd = compute_dtype(input.dtype)
     count = 1
     for s in shape:
