@@ -40,7 +40,7 @@ def _session(monkeypatch, covered: tuple[str, ...], promises: bool, verdicts) ->
     answers = iter(verdicts)
     last: list[Verdict] = []
 
-    def judge(op, prop, switch, case, fresh=False):
+    def judge(op, prop, switch, case, fresh=False, patience=1.0):
         if fresh:  # the fresh-process confirmation sees what the example saw
             return last[-1]
         last.append(next(answers))

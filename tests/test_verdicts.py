@@ -7,6 +7,8 @@ become findings, not the target.
 
 from __future__ import annotations
 
+import time
+
 from hypothesis import strategies as st
 
 from bi_props.case import Case
@@ -14,8 +16,11 @@ from bi_props.fuzz import Cell, run_slice
 from bi_props.known import KnownFailure
 from bi_props.properties import Verdict
 from bi_props.runner.controller import (
+    CONFIRM_GRACE_S,
+    CONFIRM_PATIENCE,
     ConfirmationCut,
     InternalError,
+    Runner,
     WorkerCrash,
     WorkerHang,
     WorkerStartFailure,
@@ -32,7 +37,7 @@ def session_judged_by(judge) -> Session:
     """A Session on the CPU target whose judge is ``judge(case, fresh) -> Verdict`` (no worker
     starts: the strategy is replaced too)."""
     session = Session("cpu", parse({"ops": {"include": ["mm"]}}, "test", "test"))
-    session.judge = lambda op, prop, switch, case, fresh=False: judge(case, fresh)
+    session.judge = lambda op, prop, switch, case, fresh=False, patience=1.0: judge(case, fresh)
     session.strategy = lambda op, prop: st.builds(mm_case, st.integers(1, 64), st.integers(0, 64))
     session.covered = lambda op: True
     return session
@@ -247,6 +252,43 @@ def test_a_fresh_process_confirms_only_the_same_property_and_kind() -> None:
     assert finding.reproduced_in_fresh_process is True, finding.confirmation
     state, why = _confirm(ConfirmationCut("cut after 5.0 s at the campaign's end"))
     assert state is None and why.startswith("not confirmed: the fresh worker's example was cut")
+
+
+def test_a_fresh_worker_that_hangs_confirms_only_a_hang() -> None:
+    """Silence in the fresh worker (a loaded machine, a cold start) shows neither a mismatch nor
+    its absence: "not confirmed", never "not reproduced". It does confirm a timeout finding."""
+    state, why = _confirm(WorkerHang("no answer within 9.0 s"))
+    assert state is None, why
+    assert why.startswith("not confirmed: the fresh worker's example did not finish"), why
+    assert "showed no mismatch" in why
+
+    session = session_judged_by(lambda case, fresh: (_ for _ in ()).throw(WorkerHang("silent")))
+    hang = Failure("mm", "reference", "enabled", mm_case(3, 3), "timeout", "x", "WorkerHang")
+    session.finalize(hang)
+    [finding] = session.findings
+    assert finding.reproduced_in_fresh_process is True, finding.confirmation
+
+
+def test_a_fresh_confirmation_waits_longer_unless_the_finding_is_a_hang() -> None:
+    """A non-hang finding's confirmation gets CONFIRM_PATIENCE example timeouts; a hang's gets the
+    profile's own timeout (that timeout is the finding)."""
+    patience: list[float] = []
+    session = session_judged_by(lambda case, fresh: Verdict(False, "bits differ", "mismatch"))
+
+    def judge(op, prop, switch, case, fresh=False, **kwargs):
+        patience.append(kwargs.get("patience", 1.0))
+        raise WorkerHang("silent")
+
+    session.judge = judge
+    for kind in ("mismatch", "timeout"):
+        session.finalize(Failure("mm", "reference", "enabled", mm_case(3, 3), kind, "x", None))
+    assert patience == [CONFIRM_PATIENCE, 1.0]
+
+    runner = Runner("cpu", example_timeout_s=2.0)
+    assert runner.timeout(patience=CONFIRM_PATIENCE) == (2.0 * CONFIRM_PATIENCE, False)
+    runner.deadline = time.monotonic() + 1.0  # the campaign's end still bounds it
+    wait, cut = runner.timeout(CONFIRM_GRACE_S, CONFIRM_PATIENCE)
+    assert cut and wait <= 1.0 + CONFIRM_GRACE_S
 
 
 def test_an_error_is_confirmed_only_by_the_same_exception_type() -> None:

@@ -24,11 +24,13 @@ from .known import KnownFailure
 from .observation import Hello
 from .reporting.ulp import coverage_extras, reference_ulps
 from .runner.controller import (
+    CONFIRM_PATIENCE,
     ConfirmationCut,
     DeadlineReached,
     InternalError,
     Runner,
     WorkerFailure,
+    WorkerHang,
     WorkerStartFailure,
 )
 from .space import Space
@@ -221,9 +223,24 @@ class Session:
 
     # -- one example ---------------------------------------------------------------------------
 
-    def judge(self, op: str, prop: str, switch: str, case: Case, fresh: bool = False):
-        """Observe and judge one case; worker crashes and hangs propagate as WorkerFailure."""
-        observe = self.runner.fresh if fresh else self.runner.observe
+    def judge(
+        self,
+        op: str,
+        prop: str,
+        switch: str,
+        case: Case,
+        fresh: bool = False,
+        patience: float = 1.0,
+    ):
+        """Observe and judge one case; worker crashes and hangs propagate as WorkerFailure.
+        ``fresh``: in a brand-new interpreter, waiting ``patience`` example timeouts."""
+        if fresh:
+
+            def observe(prop: str, case: Case, switch: str):
+                return self.runner.fresh(prop, case, switch, patience=patience)
+
+        else:
+            observe = self.runner.observe
         if prop == "parity":
             return properties.parity(
                 observe(prop, case, "enabled"), observe(prop, case, "disabled")
@@ -443,14 +460,23 @@ class Session:
         (and, for an error, the same exception type where both name one);
         None when the fresh worker could not start (nothing was observed), unless not starting
         was the finding itself (a target that breaks when switched): then it reproduces."""
+        hang = kind == WorkerHang.kind
+        patience = 1.0 if hang else CONFIRM_PATIENCE
         try:
-            verdict = self.judge(op, prop, switch, case, fresh=True)
+            verdict = self.judge(op, prop, switch, case, fresh=True, patience=patience)
         except WorkerStartFailure as exc:
             if error_type == WorkerStartFailure.__name__ and kind == exc.kind:
                 return True, f"reproduced: a fresh worker did not start either: {_first_line(exc)}"
             return None, f"not confirmed: the fresh worker did not start: {_first_line(exc)}"
         except ConfirmationCut as exc:
             return None, f"not confirmed: the fresh worker's example was {_first_line(exc)}"
+        except WorkerHang as exc:
+            if not hang:  # silence shows neither this finding nor its absence
+                return None, (
+                    f"not confirmed: the fresh worker's example did not finish "
+                    f"({_first_line(exc)}), so it showed no {kind}"
+                )
+            seen = exc.kind
         except WorkerFailure as exc:
             seen = exc.kind
         except Exception:

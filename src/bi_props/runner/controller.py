@@ -67,6 +67,12 @@ CONFIRM_GRACE_S = 5.0
 """Past the campaign's end, a fresh-process confirmation or a reproducer's export may still wait
 this long for its one example (then the confirmation is cut: ``ConfirmationCut``)."""
 
+CONFIRM_PATIENCE = 3.0
+"""A fresh-process confirmation of a finding that is not a hang waits this many example timeouts
+for its one example: it is the first example of a new interpreter (cold caches, lazy kernel
+loads) and often runs on a loaded machine, and what it must show is the finding's kind, not speed.
+A hang's confirmation keeps the profile's timeout: that timeout is the finding."""
+
 
 class ConfirmationCut(WorkerFailure):
     """A fresh-process confirmation whose example was still running when its timeout, shortened
@@ -403,15 +409,17 @@ class Runner:
         # time.monotonic() at which the campaign ends: no example waits past it (None: no end).
         self.deadline: float | None = None
 
-    def timeout(self, grace_s: float = 0.0) -> tuple[float, bool]:
+    def timeout(self, grace_s: float = 0.0, patience: float = 1.0) -> tuple[float, bool]:
         """(the example timeout, whether the deadline shortened it): the profile's
-        ``example_timeout_s``, or the time left until ``deadline`` (plus ``grace_s``) when less."""
+        ``example_timeout_s`` times ``patience``, or the time left until ``deadline`` (plus
+        ``grace_s``) when less."""
+        wanted = self.example_timeout_s * patience
         if self.deadline is None:
-            return self.example_timeout_s, False
+            return wanted, False
         left = max(self.deadline - time.monotonic(), 0.0) + grace_s
-        if left < self.example_timeout_s:
+        if left < wanted:
             return max(left, 0.01), True
-        return self.example_timeout_s, False
+        return wanted, False
 
     def _spawned(self, switch: str) -> Worker:
         worker = Worker(self.target, switch, self.start_timeout_s, self.extra_env)
@@ -510,9 +518,11 @@ class Runner:
         timeout_s, _ = self.timeout(CONFIRM_GRACE_S)
         return worker.request(("export", prop, case), timeout_s, f"exporting {case!r}")
 
-    def fresh(self, prop: str, case: Case, switch: str) -> Observation:
+    def fresh(self, prop: str, case: Case, switch: str, *, patience: float = 1.0) -> Observation:
         """Run one case in a brand-new interpreter (then close it): does it reproduce in
-        isolation? Always spawned, never forked: nothing is shared with the long-lived ones."""
+        isolation? Always spawned, never forked: nothing is shared with the long-lived ones.
+        ``patience`` scales the example timeout (``CONFIRM_PATIENCE`` for a finding that is not
+        a hang); the campaign's end still bounds it."""
         worker = Worker(self.target, switch, self.start_timeout_s, self.extra_env)
         try:
             hello = worker.start()
@@ -520,7 +530,7 @@ class Runner:
                 raise WorkerStartFailure(
                     f"target {self.target!r} is {hello.status}: {hello.message}"
                 )
-            timeout_s, cut = self.timeout(CONFIRM_GRACE_S)
+            timeout_s, cut = self.timeout(CONFIRM_GRACE_S, patience)
             try:
                 return worker.request(
                     ("observe", prop, case), timeout_s, f"re-running {prop} on {case!r}"
@@ -544,6 +554,7 @@ class Runner:
 
 
 __all__ = [
+    "CONFIRM_PATIENCE",
     "ConfirmationCut",
     "DeadlineReached",
     "ForkedWorker",
