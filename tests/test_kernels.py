@@ -465,7 +465,6 @@ def _contract_table() -> list[tuple[str, Callable, Callable, tuple, dict]]:
         ("addmm beta 0", L.addmm, torch.addmm, (b[0] / 0, a, b), {"beta": 0}),
         ("bmm", L.bmm, torch.bmm, (x, x.transpose(1, 2)), {}),
         ("mv", L.mv, torch.mv, (a, b[:, 0]), {}),
-        ("dot", L.dot, torch.dot, (b[:, 0], b[:, 0]), {}),
         ("sum", R.sum, torch.sum, (x,), {}),
         ("sum bf16", R.sum, torch.sum, (xb,), {}),
         ("sum dtype", R.sum, torch.sum, (xb,), f32),
@@ -607,7 +606,7 @@ entries = {
     "matmul matrix@vector": (lambda: a @ v, "mv", lambda: L.mv(a, v)),
     "matmul 3-D@vector": (lambda: A @ v, "mv", lambda: L.mv(flat, v).reshape(2, 5)),
     "matmul vector@matrix": (lambda: v @ b, "mm", lambda: L.mm(v[None], b)[0]),
-    "matmul vector@vector": (lambda: v @ v, "mv", lambda: L.dot(v, v)),
+    "matmul vector@vector": (lambda: v @ v, "mv", lambda: L.mv(v[None], v).reshape(())),
     "torch.bmm": (lambda: torch.bmm(A, B), "bmm", lambda: L.bmm(A, B)),
     "torch.mv": (lambda: torch.mv(a, v), "mv", lambda: L.mv(a, v)),
     "torch.addmm": (

@@ -55,9 +55,6 @@ class ModelConfig:
             ]
         return [*shapes, ("final_norm", (h,)), ("lm_head", (self.vocab, h))]
 
-    def parameter_count(self) -> int:
-        return sum(math.prod(shape) for _, shape in self.parameters())
-
 
 def config_of(shape: tuple[int, ...]) -> ModelConfig:
     """A case's shape is (length, layers, heads, kv_heads, head_dim, vocab, intermediate)."""

@@ -513,6 +513,7 @@ class Session:
                 hello.kernel_prefix,
                 hello.environment,
                 self.space.example_timeout_s,
+                self.space.start_timeout_s,
             )
         except (NotImplementedError, WorkerFailure, InternalError) as exc:
             _note(f"No standalone reproducer: {exc}")

@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from .targets import BUILTIN
+from .verl_switch import WATCHED
 
 PROVIDER_ENV = "BI_PROPS_SWITCH_PROVIDER"  # how the choice reaches the workers
 PROVIDERS = ("env", "verl")
@@ -27,9 +28,6 @@ DEFAULT = "env"
 # (targets/base.py, switch_requested): verl's switch can reach them. A third-party module target
 # is switched by its own enable(), which verl never calls.
 READS_SWITCH_ENV = tuple(BUILTIN)
-
-# The variables verl promises (and PYTHONHASHSEED, recorded but not promised to the target).
-WATCHED = ("VLLM_BATCH_INVARIANT", "VERL_FULL_DETERMINISM", "VERL_SEED", "PYTHONHASHSEED")
 
 
 class SwitchUsageError(ValueError):
@@ -73,7 +71,7 @@ def provide(provider: str, target: str, switch: str) -> dict[str, Any]:
         raise TargetBroken(problem)
     if provider == "env":
         return {}
-    from .verl_switch import run
+    from .verl_switch import run  # imports verl's code: only where the provider is verl
 
     return run(switch == "enabled")
 

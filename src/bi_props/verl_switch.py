@@ -42,8 +42,11 @@ from types import SimpleNamespace
 from typing import Any
 from unittest.mock import MagicMock, patch
 
-from .switches import WATCHED
 from .targets.base import TargetBroken, TargetMissing
+
+# The variables verl promises (and PYTHONHASHSEED, recorded but not promised to the target). Here,
+# not in switches.py, so that the dependency runs one way: switches -> verl_switch.
+WATCHED = ("VLLM_BATCH_INVARIANT", "VERL_FULL_DETERMINISM", "VERL_SEED", "PYTHONHASHSEED")
 
 SEED = 1234  # rollout.seed; the server's VERL_SEED is replica_rank (0) + seed
 MAX_MODEL_LEN = 128  # PR 7808's rollout size: tp 1, max_model_len 128

@@ -1,4 +1,5 @@
-"""Batch-invariant mm, addmm, bmm, mv and dot (same contracts as the aten ops they replace).
+"""Batch-invariant mm, addmm, bmm and mv (same contracts as the aten ops they replace; aten::dot
+is routed to mv, register.py).
 
 All of them reduce to ``matmul_tree``/``tree_sum``: correctly rounded products, then a pairwise
 tree over K whose shape depends on K alone.
@@ -123,21 +124,3 @@ def mv(self: Tensor, vec: Tensor) -> Tensor:
     _check_same_dtype(self, vec, "mat and vec")
     cd = compute_dtype(self.dtype)
     return tree_sum(self.to(cd) * vec.to(cd)[None, :], 1).to(self.dtype)
-
-
-@torch.no_grad()
-def dot(self: Tensor, tensor: Tensor) -> Tensor:
-    """Batch-invariant ``aten::dot`` (what matmul uses for vector @ vector): ``mv`` of one row."""
-    torch._check(
-        self.dim() == 1 and tensor.dim() == 1,
-        lambda: f"1D tensors expected, but got {self.dim()}D and {tensor.dim()}D tensors",
-    )
-    torch._check(
-        self.shape[0] == tensor.shape[0],
-        lambda: (
-            f"inconsistent tensor size, expected tensor [{self.shape[0]}] and src "
-            f"[{tensor.shape[0]}] to have the same number of elements, but got {self.shape[0]} and "
-            f"{tensor.shape[0]} elements respectively"
-        ),
-    )
-    return mv(self[None, :], tensor)[0].clone()
