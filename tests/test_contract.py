@@ -25,7 +25,7 @@ from bi_props.contract import (
     read_version,
     source_registrations,
 )
-from bi_props.targets.ascend_routes import Capabilities, registrations
+from bi_props.targets.ascend_routes import CALL_USES, Capabilities, registrations
 
 ROOT = Path(__file__).resolve().parents[1]
 FETCH = ROOT / "scripts" / "fetch_vllm_ascend_wheel.sh"
@@ -135,6 +135,115 @@ GOOD = {
                 query=q, key=k, value=v, atten_mask=mask, block_table=None, input_layout="TND",
                 block_size=128, actual_seq_lengths=ends, actual_seq_lengths_kv=ends,
                 num_key_value_heads=nkv, num_heads=n, scale=s, sparse_mode=3)
+    """,
+    # The engine adapters' call sites (ascend_routes.CALL_USES), as vllm-ascend 0.23.0 has them.
+    "vllm_ascend/ops/layernorm.py": """
+        class AscendRMSNorm:
+            def forward_oot(self, x, residual=None):
+                import torch_npu
+
+                if residual is not None:
+                    x, _, residual = torch_npu.npu_add_rms_norm(x, residual, self.weight, self.eps)
+                    return x, residual
+                x, residual = torch_npu.npu_rms_norm(x, self.weight, self.eps)
+                return x
+    """,
+    "vllm_ascend/ops/activation.py": """
+        import torch_npu
+
+        class AscendSiluAndMul:
+            def forward_oot(self, x):
+                return torch_npu.npu_swiglu(x)
+    """,
+    "vllm_ascend/ops/rotary_embedding.py": """
+        def rope_forward_oot(positions, query, key, cos_sin_cache, head_size, rotary_dim,
+                             is_neox_style, offsets=None):
+            return query, key
+    """,
+    "vllm_ascend/attention/attention_v1.py": """
+        from vllm_ascend.device.device_op import DeviceOperator
+
+        class Impl:
+            def forward_fused_infer_attention(self, query, key, value, m, output):
+                out, _ = DeviceOperator.npu_fused_infer_attention_score(
+                    query=query, key=key, value=value, atten_mask=m.attn_mask,
+                    block_table=m.block_tables, input_layout="TND", block_size=128,
+                    actual_seq_lengths=m.q, actual_seq_lengths_kv=m.kv,
+                    num_key_value_heads=self.nkv, num_heads=self.n, head_size=self.d,
+                    scale=self.scale, sparse_mode=3)
+                return out
+    """,
+    "vllm_ascend/device/__init__.py": "",
+    "vllm_ascend/device/device_op.py": """
+        import torch_npu
+
+        class A5DeviceAdaptor:
+            @classmethod
+            def npu_fused_infer_attention_score(cls, query, key, value, m, *, num_heads,
+                                                num_key_value_heads, scale, **kwargs):
+                return torch_npu.npu_fused_infer_attention_score(
+                    query=query, key=key.contiguous(), value=value.contiguous(),
+                    num_key_value_heads=num_key_value_heads, num_heads=num_heads, scale=scale,
+                    **kwargs)
+
+            @staticmethod
+            def moe_gating_top_k(x, *, k, k_group, group_count, group_select_mode, renorm,
+                                 norm_type, out_flag, routed_scaling_factor=1.0, eps=1e-20,
+                                 bias_opt=None):
+                return torch_npu.npu_moe_gating_top_k(
+                    x, k=k, bias=bias_opt, k_group=k_group, group_count=group_count,
+                    group_select_mode=group_select_mode, renorm=0, norm_type=norm_type,
+                    routed_scaling_factor=routed_scaling_factor, eps=eps)
+
+            @staticmethod
+            def npu_moe_init_routing(hidden_states, topk_ids, *, scale=None, active_num,
+                                     expert_num, expert_tokens_num_type=1,
+                                     expert_tokens_num_flag=True, active_expert_range=None,
+                                     quant_mode=-1):
+                return torch_npu.npu_moe_init_routing_v2(
+                    hidden_states, topk_ids, scale=scale, active_num=active_num,
+                    expert_num=expert_num, expert_tokens_num_type=expert_tokens_num_type,
+                    expert_tokens_num_flag=expert_tokens_num_flag,
+                    active_expert_range=active_expert_range, quant_mode=quant_mode)
+
+            @staticmethod
+            def npu_moe_token_unpermute(permuted_tokens, sorted_indices, probs):
+                return torch_npu.npu_moe_token_unpermute(
+                    permuted_tokens=permuted_tokens, sorted_indices=sorted_indices, probs=probs)
+
+        DeviceOperator = A5DeviceAdaptor
+    """,
+    "vllm_ascend/ops/fused_moe/__init__.py": "",
+    "vllm_ascend/ops/fused_moe/experts_selector.py": """
+        from vllm_ascend.device.device_op import DeviceOperator
+
+        def _select_experts_with_fusion_ops(router_logits, top_k, renorm, norm_type):
+            return DeviceOperator.moe_gating_top_k(
+                router_logits, k=top_k, k_group=1, group_count=1, group_select_mode=1,
+                renorm=renorm, norm_type=norm_type, out_flag=False, routed_scaling_factor=1.0,
+                eps=1e-20, bias_opt=None)
+    """,
+    "vllm_ascend/ops/fused_moe/token_dispatcher.py": """
+        from vllm_ascend.device.device_op import DeviceOperator
+
+        class TokenDispatcherWithAllGather:
+            def token_dispatch(self, hidden_states, topk_ids, n, e):
+                return DeviceOperator.npu_moe_init_routing(
+                    hidden_states, topk_ids, scale=None, active_num=n, expert_num=e,
+                    expert_tokens_num_type=1, expert_tokens_num_flag=True,
+                    active_expert_range=[0, e], quant_mode=-1)
+    """,
+    "vllm_ascend/ops/fused_moe/moe_mlp.py": """
+        import torch_npu
+
+        def unquant_apply_mlp(hidden_states, w1, w2, group_list, group_list_type=1):
+            out = torch_npu.npu_grouped_matmul(
+                x=[hidden_states], weight=[w1], split_item=2, group_list_type=group_list_type,
+                group_type=0, group_list=group_list)[0]
+            out = torch_npu.npu_swiglu(out)
+            return torch_npu.npu_grouped_matmul(
+                x=[out], weight=[w2], split_item=2, group_list_type=group_list_type,
+                group_type=0, group_list=group_list)[0]
     """,
     BI_FILE: """
         import os
@@ -384,10 +493,153 @@ def test_missing_triton_implementation_is_reported(tmp_path):
 
 
 def test_attention_keywords_are_checked(tmp_path):
-    tree = write_tree(tmp_path, attention=("actual_seq_lengths_kv=ends,", ""))
+    """Without actual_seq_lengths_kv in either call of the tree, both the varlen entry's check
+    and the paged decode adapter's fail, each naming its file."""
+    tree = write_tree(
+        tmp_path,
+        attention=("actual_seq_lengths_kv=ends,", ""),
+        **{ATTN_V1: ("actual_seq_lengths_kv=m.kv,", "")},
+    )
+    problems = check_contract(tree)
+    assert len(problems) == 2, problems
+    assert all(p.symbol == "npu_fused_infer_attention_score" for p in problems)
+    assert all("actual_seq_lengths_kv" in p.message for p in problems)
+    assert any("backend.py" in p.message for p in problems)
+    assert any(
+        p.file == ATTN_V1 and "forward_fused_infer_attention()" in p.message for p in problems
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# The engine adapters' calls (ascend_routes.CALL_USES), on doctored copies of the GOOD tree
+
+ATTN_V1 = "vllm_ascend/attention/attention_v1.py"
+DEVICE_OP = "vllm_ascend/device/device_op.py"
+
+
+def test_every_call_use_is_found_in_the_good_tree_and_in_the_wheel_files():
+    """Non-vacuous: each CallUse names a file the 0.23.0 wheel has and the GOOD tree mirrors."""
+    files = {f for use in CALL_USES for f in use.files}
+    assert files <= set(GOOD), files - set(GOOD)
+    assert len(CALL_USES) >= 12
+
+
+def test_renamed_npu_function_fails(tmp_path):
+    tree = write_tree(
+        tmp_path,
+        **{"vllm_ascend/ops/activation.py": ("npu_swiglu(x)", "npu_swiglu_v2(x)")},
+    )
     problem = only(check_contract(tree))
-    assert problem.symbol == "npu_fused_infer_attention_score"
-    assert "actual_seq_lengths_kv" in problem.message and "backend.py" in problem.message
+    assert (problem.file, problem.symbol) == ("vllm_ascend/ops/activation.py", "npu_swiglu")
+    assert "no call of it found" in problem.message and "npu_silu_and_mul" in problem.message
+
+
+def test_missing_keyword_fails_and_names_the_closest_call(tmp_path):
+    tree = write_tree(
+        tmp_path,
+        **{DEVICE_OP: ("permuted_tokens=permuted_tokens, ", "")},
+    )
+    problem = only(check_contract(tree))
+    assert problem.symbol == "npu_moe_token_unpermute"
+    assert "without ['permuted_tokens']" in problem.message
+    assert "device_op.py:" in problem.message  # the closest call, with its line
+
+
+def test_changed_mode_fails(tmp_path):
+    tree = write_tree(tmp_path, **{ATTN_V1: ("sparse_mode=3", "sparse_mode=4")})
+    problem = only(check_contract(tree))
+    assert problem.file == ATTN_V1
+    assert "sparse_mode=4, not 3" in problem.message
+
+
+def test_a_mode_of_another_type_fails(tmp_path):
+    """``expert_tokens_num_flag=1`` is not the literal True the adapter passes."""
+    tree = write_tree(
+        tmp_path,
+        **{
+            "vllm_ascend/ops/fused_moe/token_dispatcher.py": (
+                "expert_tokens_num_flag=True",
+                "expert_tokens_num_flag=1",
+            )
+        },
+    )
+    problem = only(check_contract(tree))
+    assert problem.symbol == "npu_moe_init_routing"
+    assert "expert_tokens_num_flag=1, not True" in problem.message
+
+
+def test_other_positional_count_fails(tmp_path):
+    tree = write_tree(
+        tmp_path,
+        **{
+            "vllm_ascend/ops/layernorm.py": (
+                "torch_npu.npu_rms_norm(x, self.weight, self.eps)",
+                "torch_npu.npu_rms_norm(x, self.weight, epsilon=self.eps)",
+            )
+        },
+    )
+    problem = only(check_contract(tree))
+    assert problem.symbol == "npu_rms_norm" and "2 positional, not 3" in problem.message
+
+
+def test_call_outside_the_named_function_does_not_count(tmp_path):
+    tree = write_tree(
+        tmp_path,
+        **{"vllm_ascend/ops/fused_moe/moe_mlp.py": ("def unquant_apply_mlp(", "def other_mlp(")},
+    )
+    problems = check_contract(tree)
+    assert {p.symbol for p in problems} == {"npu_grouped_matmul", "npu_swiglu"}
+    assert all("unquant_apply_mlp()" in p.message for p in problems)
+
+
+def test_missing_adapter_file_fails_loudly(tmp_path):
+    tree = write_tree(tmp_path, **{DEVICE_OP: None})
+    problems = check_contract(tree)
+    symbols = {p.symbol for p in problems if p.file == DEVICE_OP}
+    assert {
+        "npu_fused_infer_attention_score",
+        "npu_moe_gating_top_k",
+        "npu_moe_init_routing_v2",
+        "npu_moe_token_unpermute",
+    } <= symbols
+    assert all("module missing" in p.message for p in problems if p.file == DEVICE_OP)
+
+
+def test_renamed_rope_forward_fails(tmp_path):
+    tree = write_tree(
+        tmp_path,
+        **{
+            "vllm_ascend/ops/rotary_embedding.py": (
+                "is_neox_style, offsets=None",
+                "is_neox, offsets=None",
+            )
+        },
+    )
+    problem = only(check_contract(tree))
+    assert problem.symbol == "rope_forward_oot" and "is_neox_style" in problem.message
+
+
+def test_engine_adapters_are_not_required_before_0_23(tmp_path):
+    """The adapters were read in 0.23.0: an older tree is not held to their call sites."""
+    tree = write_tree(tmp_path, **{DEVICE_OP: None, "vllm_ascend/ops/rotary_embedding.py": None})
+    assert check_contract(tree, version="0.22.0") == []
+    assert check_contract(tree, version="0.23.0") != []
+
+
+def test_doctored_copy_of_the_real_wheel_fails(vllm_ascend_src, tmp_path):
+    """The real 0.23.0 source with one adapter call changed: the check fails on exactly it."""
+    import shutil
+
+    copy = tmp_path / "wheel"
+    shutil.copytree(package_dir(vllm_ascend_src), copy / "vllm_ascend")
+    for info in Path(vllm_ascend_src).glob("vllm_ascend-*.dist-info"):
+        shutil.copytree(info, copy / info.name)
+    activation = copy / "vllm_ascend" / "ops" / "activation.py"
+    text = activation.read_text()
+    assert text.count("torch_npu.npu_swiglu(x)") == 2
+    activation.write_text(text.replace("torch_npu.npu_swiglu(x)", "torch_npu.npu_swiglu(x, -1)"))
+    problem = only(check_contract(copy, version="0.23.0"))
+    assert problem.symbol == "npu_swiglu" and "2 positional, not 1" in problem.message
 
 
 def test_no_package_and_unknown_version(tmp_path):

@@ -16,7 +16,11 @@ machine, on an unzipped wheel, a git checkout or an installed package's director
 - ``override_envs_for_invariance()`` takes ``get_ascend_config`` from ``vllm_ascend.ascend_config``
   (where the adapter patches it) and touches only attributes the adapter's stand-in models;
 - some call of ``torch_npu.npu_fused_infer_attention_score`` under ``vllm_ascend/attention`` passes
-  every keyword the adapter's attention entry (``npu_varlen_attention``) passes.
+  every keyword the adapter's attention entry (``npu_varlen_attention``) passes;
+- every torch_npu / vllm-ascend call of the engine ops' adapters (``ascend_routes.CALL_USES``, used
+  by ``targets/ascend_ops.py``) is made by vllm-ascend too, in the file named there, with the same
+  number of positional arguments, every keyword the adapter passes and the same literal modes; a
+  missing file, callee or keyword is a problem (never skipped).
 
 ``check_installed()`` finds an installed vllm_ascend without importing it (for ``bi-props doctor``).
 ``python -m bi_props.contract [DIR]`` prints the problems and exits 1 when there are any.
@@ -45,9 +49,11 @@ from .targets.ascend_routes import (
     OVERRIDE,
     REFERENCE_VERSION,
     STANDIN_CONFIG,
+    CallUse,
     Capabilities,
     Registration,
     Requirement,
+    call_uses_for,
     fia_keywords,
     init_enables,
     registrations,
@@ -556,6 +562,92 @@ def _check_attention_keywords(pkg: Path) -> list[Problem]:
     ]
 
 
+def _literal_is(node: ast.expr, value: object) -> bool:
+    """``node`` is the literal ``value`` (same type: ``1`` is not ``True``)."""
+    return (
+        isinstance(node, ast.Constant) and type(node.value) is type(value) and node.value == value
+    )
+
+
+def _use_modules(tree: _Tree, use: CallUse) -> tuple[list[_Module], list[Problem]]:
+    """The parsed modules of ``use.files`` (a folder: each ``.py`` in it), and the problems of
+    those missing or unparsable."""
+    modules: list[_Module] = []
+    problems: list[Problem] = []
+    for rel in use.files:
+        parts = rel.split("/")[1:]  # "vllm_ascend/ops/x.py" -> ops/x.py under the package
+        path = tree.pkg.joinpath(*parts)
+        if path.is_dir():
+            names = [
+                ".".join([PACKAGE, *p.relative_to(tree.pkg).with_suffix("").parts])
+                for p in sorted(path.rglob("*.py"))
+            ]
+        else:
+            names = [".".join([PACKAGE, *Path(*parts).with_suffix("").parts])] if parts else []
+        if not names:
+            names = [".".join([PACKAGE, *parts])]
+        for name in names:
+            module = tree.module(name)
+            if isinstance(module, Problem):
+                why = f"{module.message} (the adapter {use.adapter} relies on its {use.name} call)"
+                problems.append(Problem(module.file, use.name, why))
+            else:
+                modules.append(module)
+    return modules, problems
+
+
+def _check_call_use(tree: _Tree, use: CallUse) -> list[Problem]:
+    """One call in ``use.files`` of one of ``use.callees`` with ``use.positional`` positional
+    arguments, ``use.keywords`` and the literal ``use.constants``; else the closest call seen."""
+    modules, problems = _use_modules(tree, use)
+    if problems:
+        return problems
+    best: tuple[int, str] | None = None
+    for module in modules:
+        scopes: list[ast.AST] = [module.tree]
+        if use.function:
+            scopes = [
+                n
+                for n in ast.walk(module.tree)
+                if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == use.function
+            ]
+        calls = [n for scope in scopes for n in ast.walk(scope) if isinstance(n, ast.Call)]
+        for node in calls:
+            if module.dotted(node.func) not in use.callees:
+                continue
+            keywords = {k.arg: k.value for k in node.keywords if k.arg}
+            differences = []
+            if len(node.args) != use.positional:
+                differences.append(f"{len(node.args)} positional, not {use.positional}")
+            missing = sorted(use.keywords - keywords.keys())
+            if missing:
+                differences.append(f"without {missing}")
+            for name, value in use.constants:
+                if name in keywords and not _literal_is(keywords[name], value):
+                    differences.append(f"{name}={ast.unparse(keywords[name])}, not {value!r}")
+            if not differences:
+                return []
+            where = f"{module.display}:{node.lineno} ({'; '.join(differences)})"
+            if best is None or len(differences) < best[0]:
+                best = (len(differences), where)
+    wanted = f"{use.positional} positional argument(s)"
+    if use.function:
+        wanted = f"{wanted} in {use.function}()"
+    if use.keywords:
+        wanted += f", keywords {sorted(use.keywords)}"
+    if use.constants:
+        wanted += ", " + ", ".join(f"{k}={v!r}" for k, v in use.constants)
+    closest = f"; closest: {best[1]}" if best else "; no call of it found"
+    return [
+        Problem(
+            ", ".join(use.files),
+            use.name,
+            f"no call of {' or '.join(use.callees)} with {wanted}: the adapter"
+            f" ascend_ops.{use.adapter} makes that call{closest}",
+        )
+    ]
+
+
 def check_contract(source_root: Path, version: str | None = None) -> list[Problem]:
     """Every difference between a vllm-ascend source tree and what the ascend adapter relies on.
 
@@ -590,6 +682,8 @@ def check_contract(source_root: Path, version: str | None = None) -> list[Proble
     problems += _check_registrations(tree, version)
     problems += _check_config_use(tree)
     problems += _check_attention_keywords(pkg)
+    for use in call_uses_for(version):
+        problems += _check_call_use(tree, use)
     return list(dict.fromkeys(problems))
 
 

@@ -35,7 +35,6 @@ from .ascend_routes import (
     CAUSAL_MASK_SIZE,
     CONFIG_MODULE,
     DETERMINISTIC_LEVEL,
-    ENTRIES,
     GET_CONFIG,
     HAS_ASCENDC,
     HAS_TRITON,
@@ -50,6 +49,7 @@ from .ascend_routes import (
     assess,
     cann_switch_problem,
     classify_import_failure,
+    entries_for,
     evaluate_checks,
     fia_arguments,
     plan,
@@ -305,7 +305,11 @@ class AscendTarget(Target):
         return self._plan.routes()
 
     def entries(self) -> dict[str, tuple[str, ...]]:
-        return dict(ENTRIES)
+        """torch_npu entry points (ENTRIES) and, for the vllm-ascend versions they were read for,
+        the engine ops' adapters (``ascend_ops``), each only where the catalogue has the op."""
+        from ..catalogue import OPS
+
+        return entries_for(self._caps.vllm_ascend, tuple(OPS))
 
     def _library(self) -> Any:
         return getattr(self._bi, LIBRARY.symbol, None) if self._bi is not None else None

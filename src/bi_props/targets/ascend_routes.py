@@ -245,6 +245,11 @@ _OP_TARGETS: dict[str, tuple[str, ...]] = {
     "softmax": ("aten::softmax", "aten::_softmax"),
     "add_rms_norm": ("torch_npu.npu_add_rms_norm",),
     "attention": ("torch_npu.npu_fused_infer_attention_score",),
+    # Engine ops whose adapter (ascend_ops) calls a function the switch swaps, looked up at call
+    # time: vLLM's fused_add_rms_norm is AscendRMSNorm's npu_add_rms_norm branch, paged decode is
+    # forward_fused_infer_attention's DecodeOnly call. Claimed only where the catalogue has them.
+    "fused_add_rms_norm": ("torch_npu.npu_add_rms_norm",),
+    "paged_decode_attention": ("torch_npu.npu_fused_infer_attention_score",),
 }
 _LINEAR_DECOMPOSED = ("aten::addmm", "aten::matmul")
 
@@ -329,7 +334,7 @@ def _route(op: str, regs: tuple[Registration, ...], caps: Capabilities) -> Route
     events = tuple(dict.fromkeys(e for r in regs for e in r.events)) if observable else ()
     side: tuple[str, ...] = ()
     absent: tuple[str, ...] = ()
-    if op == "add_rms_norm":
+    if op in ("add_rms_norm", "fused_add_rms_norm"):
         side, absent = ("npu::npu_rms_norm",), ("npu::npu_add_rms_norm",)
     return Route(op, backend, regs, events, side, absent, _gaps(op, regs, caps))
 
@@ -551,6 +556,123 @@ def fia_arguments(
 
 
 # ---------------------------------------------------------------------------------------------
+# The engine ops' adapters (bi_props.targets.ascend_ops): entries and the arguments they pass
+
+ADAPTER_MODULE = "bi_props.targets.ascend_ops"
+ADAPTERS_SINCE = REFERENCE_VERSION  # read in the 0.23.0 wheel only; older releases: stock entries
+
+ENGINE_ENTRIES: dict[str, str] = {
+    "rms_norm": f"{ADAPTER_MODULE}.npu_rms_norm",
+    "fused_add_rms_norm": f"{ADAPTER_MODULE}.npu_fused_add_rms_norm",
+    "silu_and_mul": f"{ADAPTER_MODULE}.npu_silu_and_mul",
+    "rotary_embedding": f"{ADAPTER_MODULE}.npu_rotary_embedding",
+    # Not in every catalogue yet (other branches add them): entries_for() names them only where
+    # the catalogue has an op of that name, so they light up when the ops land.
+    "paged_decode_attention": f"{ADAPTER_MODULE}.npu_paged_decode_attention",
+    "fused_moe": f"{ADAPTER_MODULE}.npu_fused_moe",
+}
+"""Catalogue op -> the adapter running it the way vllm-ascend 0.23.0 does. ``gelu_and_mul``,
+``layer_norm``, ``embedding``, ``greedy_argmax`` and ``top_k`` have none: vllm-ascend 0.23.0 has no
+NPU counterpart for them (no GeluAndMul in REGISTERED_ASCEND_OPS, vLLM's native code runs), so the
+catalogue's stock entries run on torch_npu's aten kernels."""
+
+
+def entries_for(version: str | None, catalogue_ops: Iterable[str]) -> dict[str, tuple[str, ...]]:
+    """The target's entry points: ENTRIES, plus the engine adapters for a vllm-ascend version they
+    were read for (an unknown version reads as the reference one), each only for an op the
+    catalogue has (a name lookup: ``paged_decode_attention`` and ``fused_moe`` may be absent)."""
+    ops = set(catalogue_ops)
+    out = {op: entry for op, entry in ENTRIES.items() if op in ops}
+    if in_range(version, since=ADAPTERS_SINCE):
+        out.update({op: (entry,) for op, entry in ENGINE_ENTRIES.items() if op in ops})
+    return out
+
+
+def paged_decode_arguments(
+    seq_lens: Sequence[int],
+    max_blocks: int,
+    block_size: int,
+    num_heads: int,
+    num_kv_heads: int,
+    scale: float,
+) -> dict[str, object]:
+    """Keyword arguments (besides the tensors) of ``npu_fused_infer_attention_score`` for one decode
+    token per sequence over a paged cache, as vllm-ascend 0.23.0's DecodeOnly state passes them
+    (attention/attention_v1.py forward_fused_infer_attention: TND, ``actual_seq_lengths`` the
+    cumulative query lengths 1..B, ``actual_seq_lengths_kv`` = seq_lens, causal sparse_mode 3)."""
+    lengths = [int(n) for n in seq_lens]
+    if not lengths:
+        raise ValueError("paged decode needs at least one sequence")
+    capacity = int(max_blocks) * int(block_size)
+    bad = [n for n in lengths if not 1 <= n <= capacity]
+    if bad:
+        raise ValueError(
+            f"seq_lens {bad} outside [1, max_blocks * block_size = {capacity}]: each decode"
+            " query needs at least one key and its block table must hold its context"
+        )
+    if num_kv_heads <= 0 or num_heads % num_kv_heads:
+        raise ValueError(f"num_heads {num_heads} is not a multiple of num_kv_heads {num_kv_heads}")
+    return {
+        "input_layout": "TND",
+        "block_size": int(block_size),
+        "actual_seq_lengths": list(range(1, len(lengths) + 1)),
+        "actual_seq_lengths_kv": lengths,
+        "num_key_value_heads": int(num_kv_heads),
+        "num_heads": int(num_heads),
+        "scale": float(scale),
+        "sparse_mode": CAUSAL_SPARSE_MODE,
+    }
+
+
+PAGED_DECODE_TENSOR_KEYWORDS = ("query", "key", "value", "atten_mask", "block_table")
+
+# vllm-ascend's check_npu_moe_gating_top_k (ops/fused_moe/experts_selector.py) wants, with one
+# expert group, more than 2 entries per group; it reads them from hidden_states.shape[-1] (the
+# hidden size), where the gating op's last dim is the expert count: the adapter requires it of
+# the expert count, which is what the kernel groups.
+MOE_GATING_MIN_EXPERTS = 3
+
+
+def moe_gating_arguments(topk: int) -> dict[str, object]:
+    """Keywords of ``torch_npu.npu_moe_gating_top_k`` for plain softmax top-k routing, as
+    vllm-ascend 0.23.0 passes them (device/device_op.py moe_gating_top_k via
+    experts_selector._select_experts_with_fusion_ops: one group, ``renorm=0``; renormalisation
+    is done afterwards in torch)."""
+    return {
+        "k": int(topk),
+        "bias": None,
+        "k_group": 1,
+        "group_count": 1,
+        "group_select_mode": 1,
+        "renorm": 0,
+        "norm_type": 0,
+        "routed_scaling_factor": 1.0,
+        "eps": 1e-20,
+    }
+
+
+def moe_init_routing_arguments(tokens: int, topk: int, experts: int) -> dict[str, object]:
+    """Keywords of ``torch_npu.npu_moe_init_routing_v2`` as TokenDispatcherWithAllGather passes
+    them without quantisation or expert parallelism (ops/fused_moe/token_dispatcher.py through
+    device/device_op.py npu_moe_init_routing): counts per expert (type 1), all experts local."""
+    return {
+        "scale": None,
+        "active_num": int(tokens) * int(topk),
+        "expert_num": int(experts),
+        "expert_tokens_num_type": 1,
+        "expert_tokens_num_flag": True,
+        "active_expert_range": [0, int(experts)],
+        "quant_mode": -1,
+    }
+
+
+def moe_mlp_arguments(group_list: object) -> dict[str, object]:
+    """Keywords (besides x and weight) of ``torch_npu.npu_grouped_matmul`` in unquant_apply_mlp
+    (ops/fused_moe/moe_mlp.py): one output tensor, groups given as counts."""
+    return {"split_item": 2, "group_list_type": 1, "group_type": 0, "group_list": group_list}
+
+
+# ---------------------------------------------------------------------------------------------
 # What the adapter relies on in vllm-ascend (checked against source trees by bi_props.contract)
 
 
@@ -635,6 +757,15 @@ GET_CONFIG = Requirement(
     why="patched with a stand-in when no engine config exists",
 )
 
+ROPE_FORWARD = Requirement(
+    "vllm_ascend.ops.rotary_embedding",
+    "rope_forward_oot",
+    "function",
+    "(positions, query, key, cos_sin_cache, head_size, rotary_dim, is_neox_style)",
+    since=ADAPTERS_SINCE,
+    why="rotary_embedding's adapter calls it (AscendRotaryEmbedding's custom op runs it)",
+)
+
 REQUIREMENTS: tuple[Requirement, ...] = (
     INIT,
     ENABLE,
@@ -645,7 +776,167 @@ REQUIREMENTS: tuple[Requirement, ...] = (
     ADD_RMS_NORM,
     REDUCE_SUM,
     GET_CONFIG,
+    ROPE_FORWARD,
 )
+
+
+@dataclass(frozen=True)
+class CallUse:
+    """A torch_npu (or vllm-ascend) call an adapter makes, and where vllm-ascend makes it too.
+
+    The contract check looks in ``files`` (paths under the tree, a folder meaning every file in
+    it), inside a ``def`` named ``function`` where one is given (the call site the adapter mirrors),
+    for one call of any of ``callees`` (dotted, through the file's imports) with exactly
+    ``positional`` positional arguments, every keyword of ``keywords``, and the literal value of
+    each keyword in ``constants``: the adapter uses only names, keywords and modes upstream uses.
+    """
+
+    callees: tuple[str, ...]
+    files: tuple[str, ...]
+    positional: int
+    keywords: frozenset[str] = frozenset()
+    constants: tuple[tuple[str, object], ...] = ()
+    adapter: str = ""
+    function: str = ""
+    since: str | None = ADAPTERS_SINCE
+    before: str | None = None
+
+    @property
+    def name(self) -> str:
+        return self.callees[0].rpartition(".")[2]
+
+    def applies(self, version: str | None) -> bool:
+        return in_range(version, self.since, self.before)
+
+
+def _use(
+    callee: str,
+    files: tuple[str, ...],
+    positional: int,
+    adapter: str,
+    keywords: Iterable[str] = (),
+    constants: dict[str, object] | None = None,
+    via: tuple[str, ...] = (),
+    function: str = "",
+) -> CallUse:
+    constants = constants or {}
+    return CallUse(
+        (callee, *via),
+        files,
+        positional,
+        frozenset(keywords) | frozenset(constants),
+        tuple(sorted(constants.items())),
+        adapter,
+        function,
+    )
+
+
+_LAYERNORM = ("vllm_ascend/ops/layernorm.py",)
+_DEVICE_OP = ("vllm_ascend/device/device_op.py",)
+_MOE_MLP = ("vllm_ascend/ops/fused_moe/moe_mlp.py",)
+_PAGED = paged_decode_arguments([1], 1, 1, 1, 1, 1.0)
+_GATING = moe_gating_arguments(1)
+_ROUTING = moe_init_routing_arguments(1, 1, 1)
+_MLP = moe_mlp_arguments(None)
+
+CALL_USES: tuple[CallUse, ...] = (
+    _use("torch_npu.npu_rms_norm", _LAYERNORM, 3, "npu_rms_norm", function="forward_oot"),
+    _use(
+        "torch_npu.npu_add_rms_norm",
+        _LAYERNORM,
+        4,
+        "npu_fused_add_rms_norm",
+        function="forward_oot",
+    ),
+    _use(
+        "torch_npu.npu_swiglu",
+        ("vllm_ascend/ops/activation.py",),
+        1,
+        "npu_silu_and_mul",
+        function="forward_oot",
+    ),
+    _use(
+        "torch_npu.npu_fused_infer_attention_score",
+        ("vllm_ascend/attention/attention_v1.py",),
+        0,
+        "npu_paged_decode_attention",
+        keywords=(*PAGED_DECODE_TENSOR_KEYWORDS, *_PAGED),
+        constants={"input_layout": "TND", "sparse_mode": CAUSAL_SPARSE_MODE},
+        via=("vllm_ascend.device.device_op.DeviceOperator.npu_fused_infer_attention_score",),
+        function="forward_fused_infer_attention",
+    ),
+    # DeviceOperator.npu_fused_infer_attention_score forwards the rest through **kwargs.
+    _use(
+        "torch_npu.npu_fused_infer_attention_score",
+        _DEVICE_OP,
+        0,
+        "npu_paged_decode_attention",
+        keywords=("query", "key", "value", "num_key_value_heads", "num_heads", "scale"),
+        function="npu_fused_infer_attention_score",
+    ),
+    # The modes come from two places: the literal in device_op's torch_npu call, and those its
+    # callers pass (experts_selector for gating, the all-gather dispatcher for init routing).
+    _use(
+        "torch_npu.npu_moe_gating_top_k",
+        _DEVICE_OP,
+        1,
+        "npu_fused_moe",
+        keywords=_GATING,
+        constants={"renorm": 0},
+        function="moe_gating_top_k",
+    ),
+    _use(
+        "vllm_ascend.device.device_op.DeviceOperator.moe_gating_top_k",
+        ("vllm_ascend/ops/fused_moe/experts_selector.py",),
+        1,
+        "npu_fused_moe",
+        keywords=set(_GATING) - {"bias"},
+        constants={"group_select_mode": 1, "eps": 1e-20},
+        function="_select_experts_with_fusion_ops",
+    ),
+    _use(
+        "torch_npu.npu_moe_init_routing_v2",
+        _DEVICE_OP,
+        2,
+        "npu_fused_moe",
+        keywords=_ROUTING,
+        function="npu_moe_init_routing",
+    ),
+    _use(
+        "vllm_ascend.device.device_op.DeviceOperator.npu_moe_init_routing",
+        ("vllm_ascend/ops/fused_moe/token_dispatcher.py",),
+        2,
+        "npu_fused_moe",
+        keywords=_ROUTING,
+        constants={"expert_tokens_num_type": 1, "expert_tokens_num_flag": True},
+        function="token_dispatch",
+    ),
+    _use(
+        "torch_npu.npu_grouped_matmul",
+        _MOE_MLP,
+        0,
+        "npu_fused_moe",
+        keywords=("x", "weight", *_MLP),
+        constants={"split_item": 2, "group_type": 0},
+        function="unquant_apply_mlp",
+    ),
+    _use("torch_npu.npu_swiglu", _MOE_MLP, 1, "npu_fused_moe", function="unquant_apply_mlp"),
+    _use(
+        "torch_npu.npu_moe_token_unpermute",
+        _DEVICE_OP,
+        0,
+        "npu_fused_moe",
+        keywords=("permuted_tokens", "sorted_indices", "probs"),
+        function="npu_moe_token_unpermute",
+    ),
+)
+"""Every torch_npu call of the engine adapters (ascend_ops), with the vllm-ascend 0.23.0 file that
+makes the same call; ``bi_props.contract`` fails on any it cannot find."""
+
+
+def call_uses_for(version: str | None) -> tuple[CallUse, ...]:
+    return tuple(c for c in CALL_USES if c.applies(version))
+
 
 # The engine-config stand-in: the attributes override_envs_for_invariance() touches (0.20-0.30).
 STANDIN_CONFIG: dict[str, object] = {"weight_nz_mode": 1, "enable_matmul_allreduce": False}
