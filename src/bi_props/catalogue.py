@@ -682,10 +682,7 @@ def _rms_norm_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequenc
 
     x, w = args
     if entry != "F.rms_norm":  # a target's own entry point (e.g. vLLM's _C kernel): (x, w, eps)
-        import importlib
-
-        module_name, _, attr = entry.rpartition(".")
-        return getattr(importlib.import_module(module_name), attr)(x, w, case.opt("eps"))
+        return _entry_function(entry)(x, w, case.opt("eps"))
     return torch.nn.functional.rms_norm(x, (x.shape[-1],), w, eps=case.opt("eps"))
 
 
@@ -705,10 +702,7 @@ def _add_rms_norm_shapes(case: Case, rows: int) -> tuple[tuple[int, ...], ...]:
 
 
 def _add_rms_norm_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]) -> Any:
-    import importlib
-
-    module_name, _, attr = entry.rpartition(".")
-    function = getattr(importlib.import_module(module_name), attr)  # looked up now: swaps show
+    function = _entry_function(entry)  # looked up now: swaps show
     x, residual, weight = args
     y, *rest = function(x, residual, weight, _eps(case))
     # Upstream variants return (y, rstd, x + residual) or (y, x + residual): keep y and the sum.
@@ -751,12 +745,9 @@ def _attention_shapes(case: Case, rows: int) -> tuple[tuple[int, ...], ...]:
 
 
 def _attention_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]) -> Any:
-    import importlib
-
     import torch
 
-    module_name, _, attr = entry.rpartition(".")
-    function = getattr(importlib.import_module(module_name), attr)
+    function = _entry_function(entry)  # looked up now: swaps show
     q, k, v = args
     cu = torch.tensor([0, *np.cumsum(lengths).tolist()], dtype=torch.int64)
     return function(q, k, v, cu, 1.0 / math.sqrt(case.shape[3]), True)
@@ -849,7 +840,8 @@ def _gated_shapes(case: Case, rows: int) -> tuple[tuple[int, ...], ...]:
 
 
 def _entry_function(entry: str) -> Callable[..., Any]:
-    """The entry point looked up now (a swapped ``bi_props.ops`` attribute shows)."""
+    """The entry point ``module.attr`` looked up now (a swapped ``bi_props.ops`` attribute, or a
+    target's own kernel named by its ``entries()``, shows)."""
     import importlib
 
     module_name, _, attr = entry.rpartition(".")
@@ -1021,7 +1013,10 @@ def _layer_norm_call(entry: str, args: Sequence[Any], case: Case, lengths: Seque
 
     x, *affine = args
     w, b = affine if affine else (None, None)
-    return torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b, float(case.opt("eps", 1e-5)))
+    eps = float(case.opt("eps", 1e-5))
+    if entry != "F.layer_norm":  # a target's own kernel: (x, weight, bias, eps)
+        return _entry_function(entry)(x, w, b, eps)
+    return torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b, eps)
 
 
 LAYER_NORM_BOUND = (
@@ -1089,6 +1084,8 @@ def _embedding_shapes(case: Case, rows: int) -> tuple[tuple[int, ...], ...]:
 def _embedding_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]) -> Any:
     import torch
 
+    if entry != "F.embedding":  # a target's own kernel: (ids, weight)
+        return _entry_function(entry)(args[0], args[1])
     return torch.nn.functional.embedding(args[0], args[1])
 
 
@@ -1157,10 +1154,7 @@ def _engine_shapes(case: Case, rows: int) -> tuple[tuple[int, ...], ...]:
 
 
 def _engine_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]) -> Any:
-    import importlib
-
-    module_name, _, attr = entry.rpartition(".")
-    function = getattr(importlib.import_module(module_name), attr)
+    function = _entry_function(entry)  # looked up now: swaps show
     (tokens,) = args
     return function(tokens + ENGINE_SPECIAL_TOKENS, list(lengths))
 
@@ -1301,10 +1295,7 @@ def _rotary_shapes(case: Case, rows: int) -> tuple[tuple[int, ...], ...]:
 
 
 def _rotary_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]) -> Any:
-    import importlib
-
-    module_name, _, attr = entry.rpartition(".")
-    function = getattr(importlib.import_module(module_name), attr)  # looked up now: swaps show
+    function = _entry_function(entry)  # looked up now: swaps show
     positions, query, key, cache = args
     return tuple(function(positions, query, key, case.shape[3], cache, case.opt("is_neox", True)))
 
@@ -1379,7 +1370,11 @@ def _argmax_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[
     import torch
 
     (logits,) = args
-    return logits.argmax(dim=-1) if entry == "Tensor.argmax" else torch.argmax(logits, dim=-1)
+    if entry == "Tensor.argmax":
+        return logits.argmax(dim=-1)
+    if entry == "torch.argmax":
+        return torch.argmax(logits, dim=-1)
+    return _entry_function(entry)(logits)  # a target's own kernel (e.g. vLLM's _C greedy_argmax)
 
 
 def _argmax_reference(
@@ -1407,10 +1402,7 @@ def _argmax_repro(case: Case) -> tuple[str, str]:
 
 
 def _top_k_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]) -> Any:
-    import importlib
-
-    module_name, _, attr = entry.rpartition(".")
-    function = getattr(importlib.import_module(module_name), attr)  # looked up now: swaps show
+    function = _entry_function(entry)  # looked up now: swaps show
     return tuple(function(args[0], case.opt("k", 1)))
 
 

@@ -11,6 +11,9 @@ Signatures known (checked against ``torch.ops._C.<op>.default._schema`` in vllm-
 - ``gelu_and_mul(Tensor(a!) out, Tensor input) -> ()``, ``gelu_tanh_and_mul`` likewise
 - ``fused_add_rms_norm(Tensor(a!) input, Tensor(b!) residual, Tensor? weight, float epsilon) -> ()``
 - ``rms_norm(Tensor(a!) out, Tensor input, Tensor? weight, float epsilon) -> ()``
+- ``rotary_embedding(Tensor positions, Tensor(a!) query, Tensor(b!)? key, int head_size,
+  Tensor cos_sin_cache, bool is_neox, int rope_dim_offset=0, bool inverse=False) -> ()``
+- ``greedy_argmax(Tensor logits) -> Tensor``
 
 torch is imported inside the functions; the ops exist once vLLM's ``_C`` extension is loaded
 (``import vllm._custom_ops``).
@@ -28,6 +31,8 @@ OPS = {
     "gelu_and_mul": ("gelu_and_mul", "gelu_tanh_and_mul"),
     "fused_add_rms_norm": ("fused_add_rms_norm",),
     "rms_norm": ("rms_norm",),
+    "rotary_embedding": ("rotary_embedding",),
+    "greedy_argmax": ("greedy_argmax",),
 }
 """Catalogue op -> the ``torch.ops._C`` ops its entry point here calls."""
 
@@ -89,3 +94,18 @@ def rms_norm(x: Any, weight: Any, eps: float | None = None) -> Any:
     out = torch.empty_like(x, memory_format=torch.contiguous_format)
     _c().rms_norm(out, x, weight, FLOAT32_EPS if eps is None else float(eps))
     return out
+
+
+def rotary_embedding(
+    positions: Any, query: Any, key: Any, head_size: int, cos_sin_cache: Any, is_neox: bool
+) -> tuple[Any, Any]:
+    """vLLM's op rotates query and key in place: it runs on contiguous copies, which it returns
+    (the catalogue's rotary_embedding is not in place)."""
+    query = query.contiguous().clone()
+    key = key.contiguous().clone()
+    _c().rotary_embedding(positions, query, key, int(head_size), cos_sin_cache, bool(is_neox))
+    return query, key
+
+
+def greedy_argmax(logits: Any) -> Any:
+    return _c().greedy_argmax(logits)
