@@ -380,3 +380,18 @@ def test_every_property_holds_on_the_cpu_target_in_both_switch_states(tmp_path: 
     assert want <= ran, want - ran
     controls = [c for c in report["controls"] if c["op"] == OP]
     assert controls and all(c["variance_seen"] for c in controls), controls
+
+
+def test_the_op_is_defined_by_one_spec() -> None:
+    from bi_props.catalogue import BUILTIN_OPS
+
+    root = Path(__file__).resolve().parents[1]
+    found = subprocess.run(
+        ["git", "grep", "-n", f'name="{OP}"', "--", "src", "tests"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.splitlines()
+    assert len(found) == 1 and found[0].startswith("src/bi_props/catalogue.py:"), found
+    assert OP in BUILTIN_OPS
