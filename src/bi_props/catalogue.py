@@ -1427,6 +1427,153 @@ def _top_k_repro(case: Case) -> tuple[str, str]:
     return definition, f"_top_k_module.{attr}(args[0], {case.opt('k', 1)!r})"
 
 
+# ---------------------------------------------------------------------------------------------
+# A fused MoE block (vLLM's fused_moe: router top-k, per-expert SiLU-gated GEMMs, weighted sum)
+
+FUSED_MOE_BOUND = (
+    "selection exact (the topk largest logits, ties to the lowest expert index); routing weights"
+    " within softmax's bound (over the k selected logits, or all E without renormalize); per"
+    " selected expert: h = w1 x within the sum-of-terms bound over H (+ u_acc |h|), silu(g) v"
+    " within |silu'(g) v| e_g + |silu(g)| e_v + u_acc ((1 - sigmoid(g)) |g| + 7) |act|, y = w2"
+    " act within the"
+    " sum-of-terms bound over I + min(|w2| e_act, LAMBDA sqrt(w2^2 e_act^2)) (+ u_acc |y|); the"
+    " weighted sum within sum_j"
+    " (e_p |y| + p e_y) + the sum-of-terms bound over k; plus one rounding to the output dtype and"
+    " the smallest normal"
+)
+
+
+def _fused_moe_operands(case: Case) -> tuple[Operand, ...]:
+    """hidden_states and the router logits per token; the experts' weights shared."""
+    return (
+        Operand("hidden_states", 0),
+        Operand("w1", None),
+        Operand("w2", None),
+        Operand("gating_output", 0),
+    )
+
+
+def _fused_moe_shapes(case: Case, rows: int) -> tuple[tuple[int, ...], ...]:
+    _, hidden, inter, experts, _ = case.shape
+    return ((rows, hidden), (experts, 2 * inter, hidden), (experts, hidden, inter), (rows, experts))
+
+
+def _fused_moe_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]) -> Any:
+    hidden_states, w1, w2, gating_output = args
+    topk, renormalize = case.shape[4], bool(case.opt("renormalize", True))
+    return _entry_function(entry)(hidden_states, w1, w2, gating_output, topk, renormalize)
+
+
+def _fused_moe_selection(gating: np.ndarray, topk: int) -> np.ndarray:
+    """The topk experts of each token by logit, descending, ties to the lowest index (a stable
+    sort of the logits themselves: the float64 values are the operands exactly)."""
+    return np.argsort(-gating, axis=-1, kind="stable")[:, :topk]
+
+
+def _fused_moe_weights(
+    gating: np.ndarray, ids: np.ndarray, renormalize: bool, u: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """(p, error of p): the softmax of the selected logits (renormalize) or of all logits,
+    picked; its error as softmax's reference states it (relative u (2 d_j + 8) + 2 u sum_s d_s
+    p_s + the normaliser's sum error over its n terms)."""
+    selected = np.take_along_axis(gating, ids, axis=-1)
+    pool = selected if renormalize else gating
+    n = pool.shape[-1]
+    with np.errstate(all="ignore"):
+        top = np.max(pool, axis=-1, keepdims=True)
+        e = np.exp(pool - top)
+        s = np.sum(e, axis=-1, keepdims=True)
+        squares = np.sum(e * e, axis=-1, keepdims=True)
+        weighted = np.sum(np.where(e > 0, np.abs(pool - top) * e, 0.0), axis=-1, keepdims=True) / s
+        d = np.abs(selected - top)
+        p = np.exp(selected - top) / s
+        relative = u * (2 * d + 8) + 2 * u * weighted + _sum_error(s, squares, s, n, u) / s
+    return p, relative * p
+
+
+def _fused_moe_expert(
+    x: np.ndarray, w1: np.ndarray, w2: np.ndarray, u: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """(y, error of y) of one expert for the rows x (n, H): y = w2 silu_and_mul(w1 x)."""
+    inter = w2.shape[-1]
+    hidden = x.shape[-1]
+    with np.errstate(all="ignore"):
+        h = x @ w1.T
+        h_error = _sum_error(h, (x * x) @ (w1 * w1).T, np.abs(x) @ np.abs(w1).T, hidden, u)
+        h_error = h_error + u * np.abs(h)
+        g, v = h[:, :inter], h[:, inter:]
+        eg, ev = h_error[:, :inter], h_error[:, inter:]
+        sigmoid = 1.0 / (1.0 + np.exp(-g))
+        silu = g * sigmoid
+        slope = np.abs(sigmoid * (1.0 + g * (1.0 - sigmoid)))  # |silu'(g)| <= 1.1
+        act = silu * v
+        # exp(-g)'s relative error (u (|g| + c) in float32 kernels) reaches silu(g) scaled by
+        # exp(-g) / (1 + exp(-g)) = 1 - sigmoid(g): nothing where g >> 0 (silu(g) = g)
+        own = u * ((1.0 - sigmoid) * np.abs(g) + 7) * np.abs(act)
+        act_error = slope * np.abs(v) * eg + np.abs(silu) * ev + own
+        # where exp(-g) overflows float32 (g < -88.72) a float32 kernel's silu is a signed zero
+        act_error = np.where(g - eg < -88.72, act_error + np.abs(act), act_error)
+        y = act @ w2.T
+        y_error = _sum_error(y, (act * act) @ (w2 * w2).T, np.abs(act) @ np.abs(w2).T, inter, u)
+        # act's errors are independent sums of roundings, each within act_error: their weighted
+        # sum is within LAMBDA sqrt(sum (w2 e_act)^2) (Azuma-Hoeffding, as in _sum_error),
+        # capped by the worst case |w2| e_act
+        worst = act_error @ np.abs(w2).T
+        likely = LAMBDA * np.sqrt((act_error * act_error) @ (w2 * w2).T)
+        y_error = y_error + np.minimum(worst, likely) + u * np.abs(y)
+    return y, y_error
+
+
+def _fused_moe_reference(
+    x: Sequence[np.ndarray], case: Case, lengths: Sequence[int], acc: str = "float32"
+):
+    """vLLM's fused_moe in float64, for a kernel computing in ``acc``.
+
+    The selection is exact: the topk largest logits (ties to the lowest expert index), chosen on
+    the operand values themselves, as vLLM's CPU router selects (torch.topk on the logits, then
+    softmax). A kernel that selects on softmax values it rounded may break a near-tie the other
+    way (two different logits whose rounded softmax is equal): that disagrees with this op's
+    semantics and is reported. The rest is bounded: the routing weights as softmax's reference
+    bounds them, each expert's two GEMMs by the sum-of-terms bound with the first one's error
+    propagated through silu_and_mul and w2 (as independent errors: LAMBDA sqrt(sum (w2 e_act)^2),
+    capped by the worst case |w2| e_act), the weighted sum over the k selected experts in the
+    worst case (FUSED_MOE_BOUND)."""
+    hidden, w1, w2, gating = x
+    topk, renormalize = case.shape[4], bool(case.opt("renormalize", True))
+    u, dtype = unit_roundoff(acc), case.dtype
+    tokens, size = hidden.shape
+    ids = _fused_moe_selection(gating, topk)
+    p, p_error = _fused_moe_weights(gating, ids, renormalize, u)
+    y = np.zeros((tokens, topk, size))
+    y_error = np.zeros((tokens, topk, size))
+    for expert in np.unique(ids):
+        token, slot = np.nonzero(ids == expert)
+        y[token, slot], y_error[token, slot] = _fused_moe_expert(
+            hidden[token], w1[expert], w2[expert], u
+        )
+    with np.errstate(all="ignore"):
+        terms = p[..., None] * y
+        value = np.sum(terms, axis=1)
+        magnitude = np.sum(np.abs(terms), axis=1)
+        propagated = np.sum(p_error[..., None] * np.abs(y) + p[..., None] * y_error, axis=1)
+        error = propagated + _sum_error(value, np.sum(terms * terms, axis=1), magnitude, topk, u)
+    bound = _output_rounding(value, error, dtype, magnitude, acc)
+    return (Reference(value, bound, dtype, acc),)
+
+
+def _fused_moe_amplitude(case: Case, acc: str = "float32") -> int:
+    """The exact class draws integers in [-2, 2] so that router logits tie often (the tie rule is
+    what gets tested); the output is never exact (softmax, SiLU): ``inexact_outputs``."""
+    return TIE_AMPLITUDE
+
+
+def _fused_moe_repro(case: Case) -> tuple[str, str]:
+    module, _, attr = case.entry.rpartition(".")
+    topk, renormalize = case.shape[4], bool(case.opt("renormalize", True))
+    definition = f"import {module} as _moe_module  # looked up at call time (a target swaps it)\n"
+    return definition, f"_moe_module.{attr}(*args, {topk}, {renormalize!r})"
+
+
 OPS: dict[str, OpSpec] = {
     op.name: op
     for op in (
@@ -1796,6 +1943,25 @@ OPS: dict[str, OpSpec] = {
             draw_shape=_shapes("top_k"),
             repro_call=_top_k_repro,
             aten_names=("aten::topk",),
+        ),
+        OpSpec(
+            name="fused_moe",
+            entries=("bi_props.ops.fused_moe",),
+            shape_doc="(tokens, hidden, intermediate, experts, topk): hidden_states (tokens,"
+            " hidden) and gating_output (tokens, experts) per token, w1 (experts, 2 intermediate,"
+            " hidden) and w2 (experts, hidden, intermediate) shared; option renormalize; returns"
+            " (tokens, hidden): each token's topk experts by logit (ties to the lowest index),"
+            " w2 silu_and_mul(w1 x) each, summed with softmax routing weights (vLLM's fused_moe)",
+            operands=_fused_moe_operands,
+            operand_shapes=_fused_moe_shapes,
+            call=_fused_moe_call,
+            reference=_fused_moe_reference,
+            exact_amplitude=_fused_moe_amplitude,
+            inexact_outputs=(0,),
+            option_choices={"renormalize": (True, False)},
+            bound=FUSED_MOE_BOUND,
+            draw_shape=_shapes("fused_moe"),
+            repro_call=_fused_moe_repro,
         ),
     )
 }

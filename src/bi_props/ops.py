@@ -141,3 +141,47 @@ def top_k(logits: Tensor, k: int) -> tuple[Tensor, Tensor]:
     otherwise (measured, torch 2.13: not by index)."""
     values, indices = torch.sort(logits, dim=-1, descending=True, stable=True)
     return values[..., :k], indices[..., :k]
+
+
+def fused_moe(
+    hidden_states: Tensor,
+    w1: Tensor,
+    w2: Tensor,
+    gating_output: Tensor,
+    topk: int,
+    renormalize: bool = True,
+) -> Tensor:
+    """A fused MoE block as engines compose it from torch ops (vLLM's ``fused_moe`` contract).
+
+    hidden_states (T, H); w1 (E, 2I, H) holds each expert's gate and up projections, w2 (E, H, I)
+    its down projection; gating_output (T, E) the router logits. Each token goes to the topk
+    experts with the largest logits (selected on the logits themselves, as vLLM's CPU router does;
+    ties to the lowest expert index: a stable descending sort), weighted by the softmax of its
+    logits (renormalize: over the selected ones; else over all E, then picked). An expert computes
+    ``w2[e] @ silu_and_mul(w1[e] @ x)``; the block returns the weighted sum, in x's dtype.
+
+    As in engines, tokens are grouped by expert and each expert runs one GEMM over its tokens: the
+    M of every GEMM depends on the whole batch (the batch variance of stock ``mm``). Everything
+    runs in float32 (16-bit operands upcast exactly, as vLLM's CPU kernels accumulate; a 16-bit
+    intermediate would overflow float16 at ordinary sizes) and is rounded once to x's dtype; each
+    token's expert outputs are added in ascending expert order."""
+    tokens = hidden_states.shape[0]
+    inter = w2.shape[-1]
+    cd = torch.promote_types(hidden_states.dtype, torch.float32)
+    logits = gating_output.to(cd)
+    ranked, order = torch.sort(logits, dim=-1, descending=True, stable=True)
+    ids = order[:, :topk]
+    if renormalize:
+        weights = torch.softmax(ranked[:, :topk], dim=-1)
+    else:
+        weights = torch.softmax(logits, dim=-1).gather(1, ids)
+    out = torch.zeros((tokens, hidden_states.shape[1]), dtype=cd)
+    for expert in range(w1.shape[0]):
+        token, slot = (ids == expert).nonzero(as_tuple=True)
+        if token.numel() == 0:
+            continue
+        h = hidden_states[token].to(cd) @ w1[expert].to(cd).t()
+        act = F.silu(h[:, :inter]) * h[:, inter:]
+        y = act @ w2[expert].to(cd).t()
+        out.index_add_(0, token, y * weights[token, slot].unsqueeze(-1))
+    return out.to(hidden_states.dtype)

@@ -216,3 +216,17 @@ def top_k(draw: Any, ctx: Any) -> Shape:
     shape, _ = logits(draw, ctx)
     k = draw(ctx.extents(ctx.clip(ctx.dim_extent, low=1, high=shape[1])))
     return shape, {"k": min(k, shape[1])}
+
+
+def fused_moe(draw: Any, ctx: Any) -> Shape:
+    """(tokens, hidden, intermediate, experts, topk), option renormalize.
+
+    hidden and intermediate from the space's extent (tile-edge biased, 1..128: a block's cost is
+    3 E I H); experts 1..16 (a power of two or a prime); topk in 1..experts (shrinks toward 1)."""
+    options = {"renormalize": draw(ctx.option("renormalize"))}
+    tokens = draw(ctx.rows)
+    extent = ctx.clip(ctx.dim_extent, low=1, high=128)
+    hidden, inter = draw(ctx.extents(extent)), draw(ctx.extents(extent))
+    experts = draw(ctx.choice((1, 2, 3, 4, 8, 16)))
+    topk = draw(ctx.integers(1, experts))
+    return (tokens, hidden, inter, experts, topk), options

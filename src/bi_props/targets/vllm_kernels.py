@@ -14,6 +14,10 @@ Signatures known (checked against ``torch.ops._C.<op>.default._schema`` in vllm-
 - ``rotary_embedding(Tensor positions, Tensor(a!) query, Tensor(b!)? key, int head_size,
   Tensor cos_sin_cache, bool is_neox, int rope_dim_offset=0, bool inverse=False) -> ()``
 - ``greedy_argmax(Tensor logits) -> Tensor``
+- ``cpu_fused_moe(Tensor(a0!) output, Tensor input, Tensor w13, Tensor w2, Tensor? w13_bias,
+  Tensor? w2_bias, Tensor topk_weights, Tensor topk_id, bool skip_weighted, str act, str isa)
+  -> ()`` and ``prepack_moe_weight(Tensor weight, Tensor(a1!) packed_weight, str isa) -> ()``
+  (``fused_moe``: what ``CPUUnquantizedExperts`` runs, see that function)
 
 torch is imported inside the functions; the ops exist once vLLM's ``_C`` extension is loaded
 (``import vllm._custom_ops``).
@@ -33,6 +37,7 @@ OPS = {
     "rms_norm": ("rms_norm",),
     "rotary_embedding": ("rotary_embedding",),
     "greedy_argmax": ("greedy_argmax",),
+    "fused_moe": ("cpu_fused_moe", "prepack_moe_weight"),
 }
 """Catalogue op -> the ``torch.ops._C`` ops its entry point here calls."""
 
@@ -109,3 +114,62 @@ def rotary_embedding(
 
 def greedy_argmax(logits: Any) -> Any:
     return _c().greedy_argmax(logits)
+
+
+MOE_ALIGNMENT = 32
+"""``CPUUnquantizedExperts.output_alignment`` (vLLM 0.32.0): the kernel checks that the hidden
+size is a multiple of it (vLLM does not pick this kernel otherwise); the intermediate size is
+zero-padded up to one, as ``_pad_moe_intermediate`` does."""
+MOE_ISA = "vec"
+"""The portable ISA of ``CPUUnquantizedExperts``. Its x86 subclass would pick "amx" where the CPU
+has AMX tiles (``torch.cpu._is_amx_tile_supported()``); the machines this was checked on have
+none, so that path is never run here."""
+
+
+def fused_moe(
+    hidden_states: Any,
+    w1: Any,
+    w2: Any,
+    gating_output: Any,
+    topk: int,
+    renormalize: bool = True,
+) -> Any:
+    """vLLM's CPU MoE path for unquantized SiLU-gated experts, as a layer runs it.
+
+    Routing: ``cpu_router.select_experts`` (softmax scoring, no groups): torch.topk on the
+    logits, then the softmax of the selected ones (renormalize) or exp(logit - logsumexp), in the
+    logits' dtype, as float32 weights and int32 ids. Weights: the intermediate dim zero-padded to
+    a multiple of MOE_ALIGNMENT and both weights prepacked (``process_weights_after_loading``),
+    then ``cpu_fused_moe(..., "silu", MOE_ISA)``. Operands are made contiguous first (a layer's
+    are; the kernel ignores strides). A hidden size off the alignment raises
+    the kernel's own RuntimeError ("Check failed: output_size % 32 == 0"); vLLM's config check
+    does not pick this kernel there."""
+    import torch
+    from vllm._custom_ops import cpu_fused_moe, cpu_prepack_moe_weight
+    from vllm.model_executor.layers.fused_moe.router.cpu_router import select_experts
+
+    size = hidden_states.shape[-1]
+    experts, two_inter, _ = w1.shape
+    inter = two_inter // 2
+    padded = -(-inter // MOE_ALIGNMENT) * MOE_ALIGNMENT
+    w13 = w1.new_zeros((experts, 2 * padded, size))
+    w13[:, :inter] = w1[:, :inter]
+    w13[:, padded : padded + inter] = w1[:, inter:]
+    w2p = w2.new_zeros((experts, size, padded))
+    w2p[:, :, :inter] = w2
+    x = hidden_states.contiguous()
+    weights, ids = select_experts(x, gating_output.contiguous(), topk, False, renormalize)
+    out = torch.empty_like(x)
+    cpu_fused_moe(
+        out,
+        x,
+        cpu_prepack_moe_weight(w13, MOE_ISA),
+        cpu_prepack_moe_weight(w2p, MOE_ISA),
+        None,
+        None,
+        weights.to(torch.float32).contiguous(),
+        ids.to(torch.int32).contiguous(),
+        "silu",
+        MOE_ISA,
+    )
+    return out

@@ -22,7 +22,17 @@ from typing import Any
 
 import torch
 
-from . import activation, attention, gather, linalg, normalization, reductions, rotary, sampling
+from . import (
+    activation,
+    attention,
+    gather,
+    linalg,
+    moe,
+    normalization,
+    reductions,
+    rotary,
+    sampling,
+)
 
 NAMESPACE = "bi_props_cpu"
 KERNEL_PREFIX = f"{NAMESPACE}::"
@@ -97,6 +107,11 @@ _SCHEMAS: dict[str, tuple[str, Callable[..., Any]]] = {
     ),
     "argmax": ("argmax(Tensor self, int? dim=None, bool keepdim=False) -> Tensor", sampling.argmax),
     "top_k": ("top_k(Tensor logits, int k) -> (Tensor, Tensor)", sampling.top_k),
+    "fused_moe": (
+        "fused_moe(Tensor hidden_states, Tensor w1, Tensor w2, Tensor gating_output, int topk,"
+        " bool renormalize=True) -> Tensor",
+        moe.fused_moe,
+    ),
 }
 
 
@@ -126,6 +141,7 @@ def routes(namespace: str = NAMESPACE) -> dict[str, tuple[str, ...]]:
         "rotary_embedding": (p + "rotary_embedding",),
         "greedy_argmax": (p + "argmax",),
         "top_k": (p + "top_k",),
+        "fused_moe": (p + "fused_moe",),
     }
 
 
@@ -231,6 +247,10 @@ def _swapped(ns: Any) -> dict[str, Callable[..., Any]]:
         values, indices = ns.top_k(logits, k)
         return values, indices
 
+    def fused_moe(hidden_states, w1, w2, gating_output, topk, renormalize=True):
+        """Batch-invariant ``bi_props.ops.fused_moe`` (custom op, see kernels.moe)."""
+        return ns.fused_moe(hidden_states, w1, w2, gating_output, topk, renormalize)
+
     return {
         "add_rms_norm": add_rms_norm,
         "varlen_attention": varlen_attention,
@@ -239,6 +259,7 @@ def _swapped(ns: Any) -> dict[str, Callable[..., Any]]:
         "fused_add_rms_norm": fused_add_rms_norm,
         "rotary_embedding": rotary_embedding,
         "top_k": top_k,
+        "fused_moe": fused_moe,
     }
 
 
