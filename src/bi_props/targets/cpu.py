@@ -41,6 +41,7 @@ _SWAPPED = {
     "fused_add_rms_norm": "fused_add_rms_norm",
     "rotary_embedding": "rotary_embedding",
     "top_k": "top_k",
+    "paged_decode_attention": "paged_decode_attention",
 }
 """Catalogue op -> the ``bi_props.ops`` composite the enabled target swaps for its kernel."""
 

@@ -22,7 +22,17 @@ from typing import Any
 
 import torch
 
-from . import activation, attention, gather, linalg, normalization, reductions, rotary, sampling
+from . import (
+    activation,
+    attention,
+    gather,
+    linalg,
+    normalization,
+    paged_attention,
+    reductions,
+    rotary,
+    sampling,
+)
 
 NAMESPACE = "bi_props_cpu"
 KERNEL_PREFIX = f"{NAMESPACE}::"
@@ -97,6 +107,11 @@ _SCHEMAS: dict[str, tuple[str, Callable[..., Any]]] = {
     ),
     "argmax": ("argmax(Tensor self, int? dim=None, bool keepdim=False) -> Tensor", sampling.argmax),
     "top_k": ("top_k(Tensor logits, int k) -> (Tensor, Tensor)", sampling.top_k),
+    "paged_decode_attention": (
+        "paged_decode_attention(Tensor query, Tensor k_cache, Tensor v_cache, Tensor block_table,"
+        " Tensor seq_lens, float? scale=None) -> Tensor",
+        paged_attention.paged_decode_attention,
+    ),
 }
 
 
@@ -126,6 +141,7 @@ def routes(namespace: str = NAMESPACE) -> dict[str, tuple[str, ...]]:
         "rotary_embedding": (p + "rotary_embedding",),
         "greedy_argmax": (p + "argmax",),
         "top_k": (p + "top_k",),
+        "paged_decode_attention": (p + "paged_decode_attention",),
     }
 
 
@@ -231,6 +247,10 @@ def _swapped(ns: Any) -> dict[str, Callable[..., Any]]:
         values, indices = ns.top_k(logits, k)
         return values, indices
 
+    def paged_decode_attention(query, k_cache, v_cache, block_table, seq_lens, scale=None):
+        """Batch-invariant ``bi_props.ops.paged_decode_attention`` (kernels.paged_attention)."""
+        return ns.paged_decode_attention(query, k_cache, v_cache, block_table, seq_lens, scale)
+
     return {
         "add_rms_norm": add_rms_norm,
         "varlen_attention": varlen_attention,
@@ -239,6 +259,7 @@ def _swapped(ns: Any) -> dict[str, Callable[..., Any]]:
         "fused_add_rms_norm": fused_add_rms_norm,
         "rotary_embedding": rotary_embedding,
         "top_k": top_k,
+        "paged_decode_attention": paged_decode_attention,
     }
 
 
