@@ -568,7 +568,7 @@ from torch.autograd.profiler import profile
 
 import bi_props.ops as ops
 from bi_props.targets.kernels import activation, attention
-from bi_props.targets.kernels import rotary, sampling
+from bi_props.targets.kernels import paged_attention as P, rotary, sampling
 from bi_props.targets.kernels import linalg as L, normalization as N, reductions as R
 from bi_props.targets.kernels.register import KERNEL_PREFIX, ROUTES, install
 
@@ -594,6 +594,9 @@ cu = torch.tensor([0, 4, 4, 9])
 flat = A.reshape(10, 7)
 pos, rq, rk, rc = torch.tensor([4, 0, 10]), r(3, 16), r(3, 8), r(11, 6)
 Xt = r(2, 7, 5, dtype=torch.bfloat16).transpose(1, 2)
+# paged decode: 2 sequences (5 and 2 keys) in a pool of 4 blocks of 3; 4 query heads, 2 kv heads
+pq, pk, pv = r(2, 4, 8), r(4, 3, 2, 8), r(4, 3, 2, 8)
+ptable, plens = torch.tensor([[2, 0], [3, 0]], dtype=torch.int32), torch.tensor([5, 2])
 Wb, bb = r(3, 7, dtype=torch.bfloat16), r(3, dtype=torch.bfloat16)
 # entry point -> (stock call, the one kernel event expected, direct kernel call)
 entries = {
@@ -707,6 +710,11 @@ entries = {
     "torch.argmax": (lambda: torch.argmax(a, dim=-1), "argmax", lambda: sampling.argmax(a, -1)),
     "ops.top_k values": (lambda: ops.top_k(a, 3)[0], "top_k", lambda: sampling.top_k(a, 3)[0]),
     "ops.top_k indices": (lambda: ops.top_k(a, 3)[1], "top_k", lambda: sampling.top_k(a, 3)[1]),
+    "ops.paged_decode_attention": (
+        lambda: ops.paged_decode_attention(pq, pk, pv, ptable, plens, 0.3),
+        "paged_decode_attention",
+        lambda: P.paged_decode_attention(pq, pk, pv, ptable, plens, 0.3),
+    ),
 }
 report = {
     "swapped": [getattr(ops, n) is not f for n, f in stock_ops.items()],
@@ -776,7 +784,7 @@ def test_routes_cover_the_catalogue_ops(install_report: dict) -> None:
         "mm", "matmul", "bmm", "addmm", "linear", "sum", "mean", "softmax", "log_softmax",
         "rms_norm", "silu", "add_rms_norm", "attention", "silu_and_mul", "gelu_and_mul",
         "fused_add_rms_norm", "layer_norm", "embedding",
-        "rotary_embedding", "greedy_argmax", "top_k",
+        "rotary_embedding", "greedy_argmax", "top_k", "paged_decode_attention",
     }  # fmt: skip
     seen = {e["want"] for e in install_report["entries"].values()}
     assert all(event in seen for events in routes.values() for event in events)
