@@ -232,6 +232,20 @@ def test_stock_composite_is_batch_variant() -> None:
 # The entry points' contract and the reproducer
 
 
+def test_the_op_is_defined_by_one_spec() -> None:
+    """One OpSpec defines the op; everything else refers to it by name."""
+    root = Path(__file__).resolve().parents[1]
+    out = subprocess.run(
+        ["git", "grep", "-n", f'name="{OP}"', "--", "src", "tests"],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.splitlines()
+    assert len(out) == 1 and out[0].startswith("src/bi_props/catalogue.py:"), out
+    assert SPEC.controls == ("batch_invariance",)  # stock can be batch-variant: a real control
+
+
 def test_both_entry_points_refuse_malformed_arguments_alike() -> None:
     q, cache = torch.zeros(2, 4, 8), torch.zeros(3, 4, 2, 8)
     table = torch.tensor([[0, 1], [2, 0]], dtype=torch.int32)
