@@ -568,6 +568,7 @@ from torch.autograd.profiler import profile
 import bi_props.ops as ops
 from bi_props.targets.kernels import activation, attention
 from bi_props.targets.kernels import moe, rotary, sampling
+from bi_props.targets.kernels import paged_attention as P, rotary, sampling
 from bi_props.targets.kernels import linalg as L, normalization as N, reductions as R
 from bi_props.targets.kernels.register import KERNEL_PREFIX, ROUTES, install
 
@@ -594,6 +595,9 @@ flat = A.reshape(10, 7)
 pos, rq, rk, rc = torch.tensor([4, 0, 10]), r(3, 16), r(3, 8), r(11, 6)
 mx, mw1, mw2, mg = r(5, 8), r(4, 6, 8), r(4, 8, 3), r(5, 4)
 Xt = r(2, 7, 5, dtype=torch.bfloat16).transpose(1, 2)
+# paged decode: 2 sequences (5 and 2 keys) in a pool of 4 blocks of 3; 4 query heads, 2 kv heads
+pq, pk, pv = r(2, 4, 8), r(4, 3, 2, 8), r(4, 3, 2, 8)
+ptable, plens = torch.tensor([[2, 0], [3, 0]], dtype=torch.int32), torch.tensor([5, 2])
 Wb, bb = r(3, 7, dtype=torch.bfloat16), r(3, dtype=torch.bfloat16)
 # entry point -> (stock call, the one kernel event expected, direct kernel call)
 entries = {
@@ -711,6 +715,10 @@ entries = {
         lambda: ops.fused_moe(mx, mw1, mw2, mg, 2, False),
         "fused_moe",
         lambda: moe.fused_moe(mx, mw1, mw2, mg, 2, False),
+    "ops.paged_decode_attention": (
+        lambda: ops.paged_decode_attention(pq, pk, pv, ptable, plens, 0.3),
+        "paged_decode_attention",
+        lambda: P.paged_decode_attention(pq, pk, pv, ptable, plens, 0.3),
     ),
 }
 report = {
@@ -781,7 +789,7 @@ def test_routes_cover_the_catalogue_ops(install_report: dict) -> None:
         "mm", "matmul", "bmm", "addmm", "linear", "sum", "mean", "softmax", "log_softmax",
         "rms_norm", "silu", "add_rms_norm", "attention", "silu_and_mul", "gelu_and_mul",
         "fused_add_rms_norm", "layer_norm", "embedding",
-        "rotary_embedding", "greedy_argmax", "top_k", "fused_moe",
+        "rotary_embedding", "greedy_argmax", "top_k", "fused_moe", "paged_decode_attention",
     }  # fmt: skip
     seen = {e["want"] for e in install_report["entries"].values()}
     assert all(event in seen for events in routes.values() for event in events)

@@ -70,10 +70,10 @@ def observe_batch_invariance(
     else:
         result, together = _invoke(case, batch_args, [rows for _, rows in batch])
     if result is not None:
-        offset = case.batch.needle_offset(case.shape[0])
+        offset, rows = info.needle_output(case)  # the needle's output rows (OpSpec.output_rows)
         sliced = []
         for t, axis in zip(result, info.output_batch_axes, strict=False):
-            sliced.append(_tensor_bits(t[row_slice(offset, case.shape[0], axis, t.dim())]))
+            sliced.append(_tensor_bits(t[row_slice(offset, rows, axis, t.dim())]))
         together = Call(outputs=tuple(sliced))
     return {"calls": {"alone": alone, "in_batch": together}, "evidence": evidence}
 
@@ -189,7 +189,7 @@ def export(prop: str, case: Case, target: Target) -> dict[str, Any]:
             ],
         }
     if case.batch is not None:
-        exported["offset"] = case.batch.needle_offset(case.shape[0])
+        exported["offset"], exported["rows"] = info.needle_output(case)
         exported["output_batch_axes"] = list(info.output_batch_axes)
     if prop == "reference":
         args = operands(case, groups["alone"], "cpu")

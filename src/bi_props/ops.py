@@ -8,6 +8,7 @@ versions; nothing here should be imported by name (``from bi_props.ops import ..
 from __future__ import annotations
 
 import itertools
+import math
 
 import torch
 import torch.nn.functional as F
@@ -185,3 +186,73 @@ def fused_moe(
         y = act @ w2[expert].to(cd).t()
         out.index_add_(0, token, y * weights[token, slot].unsqueeze(-1))
     return out.to(hidden_states.dtype)
+
+
+# -- paged KV-cache decode attention ------------------------------------------------------------
+
+SPLIT_MIN_TOKENS = 16
+"""The stock split-KV decode splits the keys once the batch's longest context exceeds this."""
+MAX_SPLITS = 8
+
+
+def paged_decode_attention(
+    query: Tensor,
+    k_cache: Tensor,
+    v_cache: Tensor,
+    block_table: Tensor,
+    seq_lens: Tensor,
+    scale: float | None = None,
+) -> Tensor:
+    """One decode step of attention over a paged KV cache, flash-decoding style (split-KV).
+
+    query (B, H, D): each sequence's decode token; k_cache, v_cache (num_blocks, block_size,
+    Hkv, D); block_table (B, max_blocks): sequence b's i-th block of keys is pool block
+    block_table[b, i]; seq_lens (B,): its number of keys. Query head h reads kv head
+    h // (H // Hkv). Returns (B, H, D) in query's dtype, computed in float32.
+
+    Deliberately the shape of real decode kernels: the keys are cut into
+    ``min(MAX_SPLITS, ceil(max_len / SPLIT_MIN_TOKENS))`` splits of ``ceil(max_len / splits)``
+    tokens, where max_len is the batch's longest context; each split gets its own max, exp-sum
+    and partial P @ V, and the splits are combined by rescaling with exp(m_split - m). So how a
+    sequence's keys are grouped (and its rounding) depends on the longest sequence it is
+    batched with.
+    """
+    from .targets.kernels.paged_attention import check_paged_args
+
+    lengths = check_paged_args(query, k_cache, v_cache, block_table, seq_lens)
+    batch, heads, head_dim = query.shape
+    block_size, kv_heads = k_cache.shape[1], k_cache.shape[2]
+    if scale is None:
+        scale = 1.0 / math.sqrt(head_dim)
+    longest = max(lengths, default=0)
+    if batch == 0 or longest == 0:
+        return query.new_zeros((batch, heads, v_cache.shape[3]))
+    splits = min(MAX_SPLITS, -(-longest // SPLIT_MIN_TOKENS))
+    chunk = -(-longest // splits)
+    padded = splits * chunk
+    blocks = -(-padded // block_size)
+    table = block_table[:, : min(blocks, block_table.shape[1])].long()
+    if table.shape[1] < blocks:  # the padding reads block 0: masked below
+        table = torch.cat((table, table.new_zeros((batch, blocks - table.shape[1]))), dim=1)
+    group = heads // kv_heads
+
+    def gather(cache: Tensor) -> Tensor:  # (B, H, splits, chunk, D), float32
+        t = cache[table].reshape(batch, blocks * block_size, kv_heads, -1)[:, :padded]
+        t = t.float().repeat_interleave(group, dim=2).permute(0, 2, 1, 3)
+        return t.reshape(batch, heads, splits, chunk, t.shape[-1])
+
+    keys, values = gather(k_cache), gather(v_cache)
+    q = query.float()[:, :, None, None, :]
+    scores = (q * keys).sum(-1) * scale  # (B, H, splits, chunk)
+    position = torch.arange(padded).reshape(splits, chunk)
+    valid = position[None] < torch.tensor(lengths)[:, None, None]  # (B, splits, chunk)
+    scores = torch.where(valid[:, None], scores, float("-inf"))
+    m_split = scores.amax(-1)  # -inf for a split past the sequence's end
+    safe = torch.where(torch.isfinite(m_split), m_split, 0.0)
+    p = torch.exp(scores - safe[..., None])  # exactly 0 where masked
+    l_split = p.sum(-1)
+    o_split = torch.einsum("bhsc,bhscd->bhsd", p, values)
+    m = m_split.amax(-1, keepdim=True)
+    w = torch.where(torch.isfinite(m_split), torch.exp(m_split - m), 0.0)
+    out = (w[..., None] * o_split).sum(2) / (w * l_split).sum(2)[..., None]
+    return out.to(query.dtype)

@@ -155,7 +155,7 @@ def _experiment(prop: str, case: Case, exported: dict[str, Any]) -> str:
             f"BATCH_LENGTHS = {groups['batch']['lengths']!r}",
         ]
     if prop in ("batch_invariance", "logprobs"):
-        rows, offset = case.shape[0], exported["offset"]
+        rows, offset = exported.get("rows", case.shape[0]), exported["offset"]
         axes = exported["output_batch_axes"]
         lines.append(
             textwrap.dedent(f"""

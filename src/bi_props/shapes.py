@@ -230,3 +230,32 @@ def fused_moe(draw: Any, ctx: Any) -> Shape:
     experts = draw(ctx.choice((1, 2, 3, 4, 8, 16)))
     topk = draw(ctx.integers(1, experts))
     return (tokens, hidden, inter, experts, topk), options
+
+
+# -- paged KV-cache decode attention ---------------------------------------------------------------
+
+PAGED_MAX_CONTEXT = 512
+"""A sequence's context (the needle's and each companion's) is at most this many KV tokens."""
+
+
+def paged_decode_attention(draw: Any, ctx: Any) -> Shape:
+    """(context, heads, kv_heads, head_dim, block_size), option placement.
+
+    The needle's context comes from the space's rows (tile-edge biased, at most 512) for every
+    property, batch invariance included: a decode kernel that splits the keys only does so past
+    some length, so the needle must be able to be long. GQA: heads = kv_heads * (1, 2 or 4);
+    head_dim from the space's attention head sizes; block_size 1..16, tile-edge biased (1, 15,
+    16, 17 clipped); placement 0 (blocks in batch order, what shrinking reaches) or a seed that
+    permutes the pool."""
+    context = draw(ctx.extents(ctx.clip(ctx.space.rows, low=1, high=PAGED_MAX_CONTEXT)))
+    kv_heads = draw(ctx.choice((1, 2)))
+    heads = kv_heads * draw(ctx.choice((1, 2, 4)))
+    head_dim = draw(ctx.choice(tuple(ctx.space.head_dims)))
+    block_size = draw(ctx.extents(ctx.clip(ctx.space.rows, low=1, high=16), (1, 8, 16)))
+    placement = draw(st.one_of(st.just(0), st.integers(1, 2**31 - 1)))
+    return (context, heads, kv_heads, head_dim, block_size), {"placement": placement}
+
+
+def paged_decode_companions(ctx: Any) -> Any:
+    """The other sequences' contexts: the space's companion rows, at most 512 tokens each."""
+    return ctx.extents(ctx.clip(ctx.space.companion_rows, low=1, high=PAGED_MAX_CONTEXT))

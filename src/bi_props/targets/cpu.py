@@ -42,6 +42,7 @@ _SWAPPED = {
     "rotary_embedding": "rotary_embedding",
     "top_k": "top_k",
     "fused_moe": "fused_moe",
+    "paged_decode_attention": "paged_decode_attention",
 }
 """Catalogue op -> the ``bi_props.ops`` composite the enabled target swaps for its kernel."""
 

