@@ -397,7 +397,8 @@ def test_sigterm_stops_the_campaign_and_writes_the_report(planted: dict, tmp_pat
 @pytest.mark.slow
 def test_several_targets_share_the_budget(planted: dict, tmp_path: Path) -> None:
     out = tmp_path / "out"
-    done = _run(planted, out, "--seed", "3", budget=20, target=[PLANTED, "cpu"])
+    # 40 s: two targets' workers start within it and each still gets turns on loaded cores
+    done = _run(planted, out, "--seed", "3", budget=40, target=[PLANTED, "cpu"])
     assert done.returncode == 1, done.stderr[-3000:]
     report = _report(out)
     assert report["targets"] == [PLANTED, "cpu"]

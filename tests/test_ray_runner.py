@@ -170,7 +170,8 @@ def test_ray_campaign_survives_a_killed_actor(local_ray, tmp_path: Path) -> None
 
     before = len(_lines(out / "findings.jsonl"))
     argv = [
-        *("fuzz", "--target", PLANTED, "--budget", "12", "--out", str(out)),
+        # 30 s: the replay of the merged database must fit even on loaded cores (12 s did not)
+        *("fuzz", "--target", PLANTED, "--budget", "30", "--out", str(out)),
         *("--strategies", str(local_ray["strategies"]), "--ray", "--ray-actors", "2"),
         *("--resume", "--seed", "5"),
     ]
