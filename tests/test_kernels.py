@@ -715,6 +715,7 @@ entries = {
         lambda: ops.fused_moe(mx, mw1, mw2, mg, 2, False),
         "fused_moe",
         lambda: moe.fused_moe(mx, mw1, mw2, mg, 2, False),
+    ),
     "ops.paged_decode_attention": (
         lambda: ops.paged_decode_attention(pq, pk, pv, ptable, plens, 0.3),
         "paged_decode_attention",

@@ -143,7 +143,8 @@ def _summary(report: dict) -> None:
              "| op | kernel | findings (pinned behaviour) | batch-variant with the switch on |",
              "|---|---|---|---|"]  # fmt: skip
     for op in OPS:
-        found = sorted({explained(f) or "?" for f in report["findings"] if f["op"] == op})
+        found = sorted({reason for f in report["findings"] if f["op"] == op
+                        for reason in (explained(f) or "?").split("; ")})  # fmt: skip
         entry = unclaimed.get(op) or {}
         variant = entry.get("batch_variant")
         lines.append(
