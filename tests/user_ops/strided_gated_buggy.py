@@ -1,11 +1,12 @@
 """The planted-bug twin of ``strided_gated``: a kernel whose bits depend on the input's layout.
 
-The same op and the same property (imported, so registering them again is a no-op). The bug: a
-row whose elements are not adjacent in memory (``x.stride(-1) != 1``) takes a "strided path" that
-multiplies before it divides, (a * b) / (1 + exp(-a)) instead of a / (1 + exp(-a)) * b: a few
-float32 ulps apart, within the reference's bound, the same for a row alone and in a batch of the
-same layout. Expected finding: my_silu_and_mul layout_invariance [enabled], shrunk to one needle
-row with h = 1 in the 'strided' layout.
+The same op and the same property (imported, so registering them again is a no-op). The bug: an
+input that is neither row- nor column-major (every other element of a wider buffer: the
+'strided' layout) takes a "gather path" that multiplies before it divides, (a * b) / (1 + exp(-a))
+instead of a / (1 + exp(-a)) * b: a float32 ulp or two apart, within the reference's bound, and
+the same for a row alone and in a batch of the same layout, so no built-in property sees it.
+Expected finding: my_silu_and_mul layout_invariance [enabled], shrunk to a needle of a row or two
+with h = 1 in the 'strided' layout.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ _impl = stock
 def buggy_kernel(x):
     import torch
 
-    if x.dim() == 2 and x.stride(-1) != 1:  # BUG: the arithmetic depends on the layout
+    if x.dim() == 2 and x.stride(-1) != 1 and x.stride(0) != 1:  # BUG: depends on the layout
         m, h = x.shape[0], x.shape[-1] // 2
         out = torch.empty((m, h), dtype=x.dtype)
         for i in range(m):
