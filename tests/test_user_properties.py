@@ -346,3 +346,17 @@ def test_the_docs_show_the_worked_example_verbatim() -> None:
     docs = (Path(__file__).parents[1] / "docs" / "properties.md").read_text()
     for module in ("strided_gated.py", "strided_gated_buggy.py"):
         assert (USER_OPS / module).read_text() in docs, f"docs/properties.md: update {module}"
+
+
+def test_an_observer_returning_the_wrong_shape_says_what_it_must_return(registry) -> None:
+    import strided_gated
+
+    from bi_props.case import Case
+    from bi_props.execute import observe
+
+    bad = dataclasses.replace(strided_gated.LAYOUT_INVARIANCE, name="bad", observer=lambda c, t: {})
+    property_spec.register_property(bad)
+    case = Case("my_silu_and_mul", "strided_gated.silu_and_mul", "float32", (1, 1), ("strided",),
+                "general", 0)  # fmt: skip
+    with pytest.raises(TypeError, match="observer of property 'bad' returned dict with keys"):
+        observe("bad", case, None, "enabled")  # type: ignore[arg-type]

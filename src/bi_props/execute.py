@@ -228,10 +228,23 @@ def export(prop: str, case: Case, target: Target) -> dict[str, Any]:
     return exported
 
 
+_OBSERVATION_FIELDS = {"calls", "references", "evidence"}
+
+
 def observe(prop: str, case: Case, target: Target, switch: str) -> Observation:
     from .property_spec import get
 
     observer = get(prop).observer
     start = time.perf_counter()
     fields = observer(case, target)
+    if (
+        not isinstance(fields, dict)
+        or not isinstance(fields.get("calls"), dict)
+        or (set(fields) - _OBSERVATION_FIELDS)
+    ):
+        raise TypeError(  # a user's observer: say what it must return, not a dataclass error
+            f"the observer of property {prop!r} returned {type(fields).__name__} with keys "
+            f"{sorted(fields) if isinstance(fields, dict) else '-'}; it must return a dict with "
+            f"'calls' ({{name: Call}}) and optionally 'evidence' and 'references'"
+        )
     return Observation(property=prop, switch=switch, seconds=time.perf_counter() - start, **fields)
