@@ -318,7 +318,8 @@ PROPERTY_TESTS = (
 def _suite(pytester: pytest.Pytester, monkeypatch, target: str) -> pytest.RunResult:
     path = os.pathsep.join([str(USER_OPS), os.environ.get("PYTHONPATH", "")])
     monkeypatch.setenv("PYTHONPATH", path)
-    pytester.makefile(".toml", space=SPACE)
+    # More examples than the campaign's per-turn 30: one layout in four is the planted one.
+    pytester.makefile(".toml", space=SPACE.replace("max_examples = 30", "max_examples = 300"))
     pytester.makepyfile(test_props=PROPERTY_TESTS)
     return pytester.runpytest_subprocess(
         "--bi-target", target, "--bi-strategies=space.toml", "--bi-report", "report.json",
