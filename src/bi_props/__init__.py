@@ -26,6 +26,14 @@ _EXPORTS = {
     "product_reference": "bi_props.catalogue",
     "bounded_amplitude": "bi_props.catalogue",
     "unit_roundoff": "bi_props.compare",
+    "PropertySpec": "bi_props.property_spec",
+    "register_property": "bi_props.property_spec",
+    "registered_properties": "bi_props.property_spec",
+    "Verdict": "bi_props.properties",
+    "same_outputs": "bi_props.properties",
+    "Call": "bi_props.observation",
+    "Observation": "bi_props.observation",
+    "run_op": "bi_props.execute",
     "ShapeContext": "bi_props.strategies",
     "PROPERTIES": "bi_props.strategies",
     "cases": "bi_props.strategies",
@@ -42,6 +50,9 @@ _EXPORTS = {
 
 __all__ = [*_EXPORTS, "__version__"]
 
+_LIVE = ("PROPERTIES",)
+"""Derived from a registry on each access (a property registered later is in it): never cached."""
+
 
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
@@ -49,5 +60,6 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'bi_props' has no attribute {name!r}")
     attr = "load" if name == "load_space" else name
     value = getattr(importlib.import_module(module), attr)
-    globals()[name] = value
+    if name not in _LIVE:
+        globals()[name] = value
     return value

@@ -60,9 +60,13 @@ class Operand:
 
 
 OP_PROPERTIES = ("routing", "reference", "batch_invariance", "determinism", "parity")
+"""The built-in properties an op's ``OpSpec.properties`` lists by default (property_spec.py
+declares each; a registered property may select ops itself through its ``ops``)."""
 MODEL_PROPERTIES = ("logprobs", "decode", "determinism", "parity")
 CONTROL_PROPERTIES = ("batch_invariance", "logprobs", "decode")
-"""Promised only with the switch on: with it off they are negative controls, never failures."""
+"""The built-in control properties (``PropertySpec.control``): promised only with the switch
+on; with it off they are negative controls, never failures. Kept for reference: the cells and
+controls read the registry (``property_spec.PROPERTIES``), users' properties included."""
 
 
 @dataclass(frozen=True)
@@ -201,9 +205,11 @@ class OpSpec:
     def controls(self) -> tuple[str, ...]:
         """The properties whose disabled state is a negative control for this op (none where
         stock kernels cannot be batch-variant: see ``negative_control``)."""
+        from .property_spec import PROPERTIES, properties_of
+
         if not self.negative_control:
             return ()
-        return tuple(p for p in self.properties if p in CONTROL_PROPERTIES)
+        return tuple(p for p in properties_of(self) if PROPERTIES[p].control)
 
 
 def out_dtype(case: Case) -> str:
@@ -2230,17 +2236,18 @@ ATEN_BENIGN = (
 
 
 def cells(ops: Sequence[str]) -> list[tuple[str, str, str]]:
-    """Every (op, property, switch state) the suite and ``fuzz`` run. Parity compares both states
-    ("both"); the disabled state of a control property is a negative control (see ``controls``)."""
+    """Every (op, property, switch state) the suite and ``fuzz`` run: each property the op has
+    (``property_spec.properties_of``) in each of its ``switches``. A property judging both states
+    (parity) is one cell, "both"; the disabled state of a control property is a negative control
+    (see ``controls``), not a cell."""
+    from .property_spec import PROPERTIES, properties_of
+
     result = []
     for op in ops:
-        info = OPS[op]
-        for prop in info.properties:
-            if prop == "parity":
-                result.append((op, prop, "both"))
-                continue
-            for switch in ("enabled", "disabled"):
-                if prop in CONTROL_PROPERTIES and switch == "disabled":
+        for prop in properties_of(OPS[op]):
+            spec = PROPERTIES[prop]
+            for switch in spec.switches:
+                if spec.control and switch == "disabled":
                     continue  # a negative control (``controls``), or nothing stock could break
                 result.append((op, prop, switch))
     return result
@@ -2308,9 +2315,14 @@ def register_op(spec: OpSpec) -> OpSpec:
         problems.append("entries must be a non-empty tuple of entry-point names")
     if not callable(spec.draw_shape):
         problems.append("draw_shape(draw, ctx) -> (shape, options) is missing")
-    unknown = [p for p in spec.properties if p not in (*OP_PROPERTIES, *MODEL_PROPERTIES)]
+    from .property_spec import PROPERTIES
+
+    unknown = [p for p in spec.properties if p not in PROPERTIES]
     if unknown:
-        problems.append(f"properties {unknown} are unknown; choose from {list(OP_PROPERTIES)}")
+        problems.append(
+            f"properties {unknown} are unknown; choose from {list(PROPERTIES)} (a property of "
+            f"your own: register it first, e.g. in the target's EXTRA_PROPERTIES)"
+        )
     claimed = {
         a: ATEN_TO_OP[a] for a in spec.aten_names if ATEN_TO_OP.get(a, spec.name) != spec.name
     }

@@ -1,7 +1,8 @@
 """Worker side: run one case for one property and observe it (bits, errors, profiler events).
 
-Imports torch (lazily) and the catalogue; never Hypothesis or pytest. One function per property;
-the matching judge lives in properties.py.
+Imports torch (lazily) and the catalogue; never Hypothesis or pytest. One observer per built-in
+property; the matching judge lives in properties.py, and ``property_spec.PROPERTIES`` pairs them
+(users' properties included). ``run_op`` is the building block a user's observer calls.
 """
 
 from __future__ import annotations
@@ -36,6 +37,21 @@ def _invoke(case: Case, args: list[Any], lengths: list[int]) -> tuple[tuple[Any,
     except Exception as exc:  # the op's own error: part of its contract
         return None, Call(error_type=type(exc).__name__, error_message=str(exc)[:2000])
     return result, Call(outputs=tuple(_tensor_bits(t) for t in result))
+
+
+def run_op(
+    case: Case,
+    target: Target,
+    samples: list[tuple[int, int]] | None = None,
+    layouts: bool = True,
+) -> Call:
+    """Call the case's entry point on the tensors of ``samples`` ([(seed, rows), ...]; default:
+    the needle alone, ``bi_props.materialize.batch_samples(case)`` for the batch) on the
+    target's device, with the case's layouts (all contiguous with ``layouts=False``). The op's
+    own exception is observed (``Call.raised``), never raised: for users' observers."""
+    samples = needle(case) if samples is None else samples
+    args = operands(case, samples, target.device, layouts=layouts)
+    return _invoke(case, args, [rows for _, rows in samples])[1]
 
 
 def observe_reference(case: Case, target: Target) -> dict[str, Any]:
@@ -155,15 +171,16 @@ def observe_routing(case: Case, target: Target) -> dict[str, Any]:
     return {"calls": {"op": call}, "evidence": evidence}
 
 
-OBSERVERS: dict[str, Callable[[Case, Target], dict[str, Any]]] = {
-    "routing": observe_routing,
-    "reference": observe_reference,
-    "batch_invariance": observe_batch_invariance,
-    "determinism": observe_determinism,
-    "parity": observe_parity,
-    "logprobs": observe_logprobs,
-    "decode": observe_decode,
-}
+def __getattr__(name: str) -> Any:
+    """``OBSERVERS`` ({property: observer}), derived from the registry on each access."""
+    if name == "OBSERVERS":
+        from .property_spec import PROPERTIES
+
+        observers: dict[str, Callable[[Case, Target], dict[str, Any]]] = {
+            prop: spec.observer for prop, spec in PROPERTIES.items()
+        }
+        return observers
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def export(prop: str, case: Case, target: Target) -> dict[str, Any]:
@@ -172,7 +189,9 @@ def export(prop: str, case: Case, target: Target) -> dict[str, Any]:
 
     info = OPS[case.op]
     groups = {"alone": needle(case)}
-    if prop in ("batch_invariance", "logprobs", "determinism") and case.batch is not None:
+    from .property_spec import get
+
+    if get(prop).batched and case.batch is not None:
         groups["batch"] = batch_samples(case)
     exported: dict[str, Any] = {"groups": {}}
     for name, samples in groups.items():
@@ -209,7 +228,23 @@ def export(prop: str, case: Case, target: Target) -> dict[str, Any]:
     return exported
 
 
+_OBSERVATION_FIELDS = {"calls", "references", "evidence"}
+
+
 def observe(prop: str, case: Case, target: Target, switch: str) -> Observation:
+    from .property_spec import get
+
+    observer = get(prop).observer
     start = time.perf_counter()
-    fields = OBSERVERS[prop](case, target)
+    fields = observer(case, target)
+    if (
+        not isinstance(fields, dict)
+        or not isinstance(fields.get("calls"), dict)
+        or (set(fields) - _OBSERVATION_FIELDS)
+    ):
+        raise TypeError(  # a user's observer: say what it must return, not a dataclass error
+            f"the observer of property {prop!r} returned {type(fields).__name__} with keys "
+            f"{sorted(fields) if isinstance(fields, dict) else '-'}; it must return a dict with "
+            f"'calls' ({{name: Call}}) and optionally 'evidence' and 'references'"
+        )
     return Observation(property=prop, switch=switch, seconds=time.perf_counter() - start, **fields)

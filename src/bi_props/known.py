@@ -102,16 +102,18 @@ def _entries(path: Path, data: dict[str, Any], table: str) -> list[dict[str, Any
 
 def _check_cell(path: Path, where: str, entry: dict[str, Any], required: tuple[str, ...]) -> None:
     from .catalogue import OPS
+    from .property_spec import properties_of
 
     for key in required:
         if not isinstance(entry.get(key), str):
             raise DataFileError(f"{path}: {where}: key '{key}' is required (a string)")
     if entry["op"] not in OPS:
         raise DataFileError(f"{path}: {where}: key 'op': unknown op {entry['op']!r}")
-    if entry["property"] not in OPS[entry["op"]].properties:
+    applicable = properties_of(OPS[entry["op"]])
+    if entry["property"] not in applicable:
         raise DataFileError(
             f"{path}: {where}: key 'property': {entry['property']!r} does not apply to "
-            f"{entry['op']!r} (choose from {list(OPS[entry['op']].properties)})"
+            f"{entry['op']!r} (choose from {list(applicable)})"
         )
     if entry["switch"] not in SWITCHES:
         raise DataFileError(f"{path}: {where}: key 'switch': choose from {list(SWITCHES)}")

@@ -1,6 +1,7 @@
 """The properties: each judges Observations and returns a Verdict. numpy only, no torch.
 
-Stable names: ``routing``, ``reference``, ``batch_invariance``, ``determinism``, ``parity``.
+Stable names: ``routing``, ``reference``, ``batch_invariance``, ``determinism``, ``parity``,
+``logprobs``, ``decode`` (each declared as a record in ``property_spec``, beside users' own).
 Batch invariance and determinism compare bit patterns (NaN payloads and the sign of zero count);
 the reference comparison is bitwise where the catalogue says exactness is sound, bounded elsewhere.
 """
@@ -8,6 +9,7 @@ the reference comparison is bitwise where the catalogue says exactness is sound,
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from . import switches
 from .compare import compare_bits, compare_to_reference, ulp_summary
@@ -33,8 +35,9 @@ def _fail(message: str, kind: str = "mismatch", error_type: str | None = None) -
     return Verdict(False, message, kind, error_type)
 
 
-def _same_outputs(a: Call, b: Call, what: str) -> Verdict:
-    """Two calls that should agree bit for bit (both raising the same way also agrees)."""
+def same_outputs(a: Call, b: Call, what: str) -> Verdict:
+    """Two calls that should agree bit for bit (both raising the same way also agrees); ``a``
+    is the actual, ``b`` the desired. The building block of users' judges."""
     if a.raised or b.raised:
         if a.error_type == b.error_type:
             return PASS
@@ -63,7 +66,7 @@ def _same_outputs(a: Call, b: Call, what: str) -> Verdict:
 
 def batch_invariance(obs: Observation) -> Verdict:
     """The needle's rows alone are bitwise equal to the same rows inside the batch."""
-    return _same_outputs(
+    return same_outputs(
         obs.calls["in_batch"],
         obs.calls["alone"],
         "needle rows inside the batch (actual) vs alone (desired)",
@@ -73,7 +76,7 @@ def batch_invariance(obs: Observation) -> Verdict:
 def logprobs(obs: Observation) -> Verdict:
     """The needle's per-token logprobs alone == inside the batch, bitwise; the first mismatching
     index is (token, vocabulary entry): the first diverging token."""
-    return _same_outputs(
+    return same_outputs(
         obs.calls["in_batch"],
         obs.calls["alone"],
         "needle logprobs (token, vocab) inside the batch (actual) vs alone (desired)",
@@ -117,14 +120,14 @@ def decode(obs: Observation) -> Verdict:
         return _fail(f"the model raised {call.describe_error()}", "error", call.error_type)
     assert call.outputs is not None
     prefill, step = call.outputs
-    return _same_outputs(
+    return same_outputs(
         Call(outputs=(step,)), Call(outputs=(prefill,)), "decode step (actual) vs prefill (desired)"
     )
 
 
 def determinism(obs: Observation) -> Verdict:
     """The same call on the same tensors, twice, gives the same bits."""
-    return _same_outputs(
+    return same_outputs(
         obs.calls["second"], obs.calls["first"], "second run (actual) vs first run (desired)"
     )
 
@@ -266,10 +269,15 @@ def parity(enabled: Observation, disabled: Observation) -> Verdict:
     return PASS
 
 
-JUDGES = {
-    "batch_invariance": batch_invariance,
-    "logprobs": logprobs,
-    "decode": decode,
-    "determinism": determinism,
-    "reference": reference,
-}
+def __getattr__(name: str) -> Any:
+    """``JUDGES`` ({property: judge} of the single-observation judges: neither parity's pair nor
+    routing's hello), derived from the registry on each access."""
+    if name == "JUDGES":
+        from .property_spec import PROPERTIES
+
+        return {
+            prop: spec.judge
+            for prop, spec in PROPERTIES.items()
+            if not spec.both_states and not spec.needs_hello
+        }
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -18,7 +18,7 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 from hypothesis.control import current_build_context
 
-from . import properties, switches
+from . import property_spec, switches
 from .case import Case
 from .known import KnownFailure
 from .observation import Hello
@@ -55,12 +55,6 @@ STATUS_INTERNAL = "internal error"
 def target_status(hello_status: str) -> str:
     """The run status for a target that cannot run: "target missing" or "target broken"."""
     return f"target {hello_status}"
-
-
-# Model-level properties a promise of batch-invariant inference covers (Hello.promises_inference).
-PROMISE_PROPERTIES = ("logprobs", "decode")
-# Properties whose enabled state tells whether an unclaimed op is batch-variant with the switch on.
-UNCLAIMED_PROPERTIES = ("batch_invariance", "logprobs")
 
 
 class PropertyFailed(AssertionError):
@@ -241,16 +235,16 @@ class Session:
 
         else:
             observe = self.runner.observe
-        if prop == "parity":
-            return properties.parity(
-                observe(prop, case, "enabled"), observe(prop, case, "disabled")
-            )
+        spec = property_spec.get(prop)
+        if spec.both_states:  # parity: the enabled and the disabled worker's observations
+            return spec.judge(observe(prop, case, "enabled"), observe(prop, case, "disabled"))
         observation = observe(prop, case, switch)
-        if prop == "routing":
-            return properties.routing(observation, self.hello(switch), op)
-        verdict = properties.JUDGES[prop](observation)
-        if prop == "logprobs":
-            verdict = properties.explain_model(verdict, observation, self.hello("enabled").covered)
+        if spec.needs_hello:  # routing: what the worker's hello says it covers and emits
+            verdict = spec.judge(observation, self.hello(switch), op)
+        else:
+            verdict = spec.judge(observation)
+        if spec.explain is not None:  # logprobs: the ops the model used that are not claimed
+            verdict = spec.explain(verdict, observation, self.hello("enabled").covered)
         return verdict
 
     def check(self, op: str, prop: str, switch: str, case: Case) -> None:
@@ -313,12 +307,13 @@ class Session:
     def _promised(self, prop: str) -> bool:
         """A model-level property of a target whose switch promises batch-invariant inference:
         judged whatever ops the target claims."""
-        return prop in PROMISE_PROPERTIES and self.hello("enabled").promises_inference
+        spec = property_spec.get(prop)
+        return spec.inference_promise and self.hello("enabled").promises_inference
 
     def _note_unclaimed(self, op: str, prop: str, case: Case, verdict) -> None:
         """An op the target does not claim, with the switch on: is it batch-variant? Observed and
         reported (the user's question "is my model batch-invariant now?"), never a failure."""
-        if prop not in UNCLAIMED_PROPERTIES:
+        if not property_spec.get(prop).reports_unclaimed:
             return
         entry = self.unclaimed.setdefault(
             op,
@@ -589,7 +584,7 @@ class Session:
         control = self._control_entry(op, prop)
         if control.state == "done":
             return control
-        judge = properties.JUDGES[prop]
+        judge = property_spec.get(prop).judge
         strategy = self.strategy(op, prop)
         left = self.space.control_examples - control.examples
         count = 0
@@ -698,6 +693,24 @@ class Session:
 
     # -- report --------------------------------------------------------------------------------
 
+    def properties(self) -> list[dict[str, Any]]:
+        """The properties this run's ops are checked for, in registry order, with what each
+        means: a user's property is listed in every report beside the built-in ones."""
+        from .catalogue import OPS
+
+        ops = [OPS[op] for op in self.space.ops if op in OPS]
+        used = {p for spec in ops for p in property_spec.properties_of(spec)}
+        return [
+            {
+                "name": name,
+                "description": spec.description,
+                "control": spec.control,
+                "builtin": name in property_spec.BUILTIN_PROPERTIES,
+            }
+            for name, spec in property_spec.PROPERTIES.items()
+            if name in used
+        ]
+
     def report(self) -> dict[str, Any]:
         environment = {}
         try:
@@ -724,6 +737,7 @@ class Session:
             ],
             "unclaimed": [{"op": op, **entry} for op, entry in self.unclaimed.items()],
             "routing_notes": self.routing_notes(),
+            "properties": self.properties(),
             "promises_inference": self._hello_field("promises_inference"),
             "known": self.known_status,
             "status": self.status,

@@ -11,34 +11,30 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 from hypothesis import strategies as st
 
 from .case import Batch, Case, Companion
 from .catalogue import ENGINE_MAX_COMPANIONS, ENGINE_MAX_TOKENS, OPS, OpSpec, out_dtype
+from .property_spec import get as get_property
 from .space import Extent, Space
 
-PROPERTIES = (
-    "routing",
-    "reference",
-    "batch_invariance",
-    "determinism",
-    "parity",
-    "logprobs",
-    "decode",
-)
-BATCHED = ("batch_invariance", "determinism", "logprobs")
 
-# Value classes per property, simplest first (Hypothesis shrinks toward the first).
-_VALUES_FOR = {
-    "routing": ("general",),
-    "reference": ("exact", "general", "wide"),
-    "batch_invariance": ("general", "wide", "exact"),
-    "determinism": ("general", "wide", "special"),
-    "parity": ("general", "exact", "special"),
-    "logprobs": ("general",),
-    "decode": ("general",),
-}
+def __getattr__(name: str) -> Any:
+    """``PROPERTIES`` (every property's name), ``BATCHED`` (those whose cases carry a batch) and
+    ``_VALUES_FOR`` ({property: value classes}), derived from the registry on each access, so a
+    property registered later (a target's EXTRA_PROPERTIES) is in them."""
+    from .property_spec import PROPERTIES as SPECS
+
+    if name == "PROPERTIES":
+        return tuple(SPECS)
+    if name == "BATCHED":
+        return tuple(p for p, spec in SPECS.items() if spec.batched)
+    if name == "_VALUES_FOR":
+        return {p: tuple(spec.values) for p, spec in SPECS.items()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 SEEDS = st.integers(min_value=0, max_value=2**32 - 1)
 
@@ -196,20 +192,21 @@ def cases(
     """One Case for ``op`` under property ``prop``; ``entries`` may replace the op's entry points
     (a target whose users call another function, e.g. torch_npu's)."""
     info = OPS[op]
+    spec = get_property(prop)
     shape, options = _op_shape_and_options(draw, space, info, prop)
     provisional = Case(op, "", space.dtypes[0], shape, (), "general", 0, options)
     n_operands = len(info.operands(provisional))
     entry = draw(choice(tuple(entries or info.entries)))
     dtype = draw(choice(tuple(space.dtypes)))
     layouts = tuple(draw(choice(tuple(space.layouts))) for _ in range(n_operands))
-    allowed = [v for v in _VALUES_FOR[prop] if v in space.values] or ["general"]
+    allowed = [v for v in spec.values if v in space.values] or ["general"]
     values = draw(choice(tuple(allowed)))
     seed = draw(SEEDS)
     case = Case(op, entry, dtype, shape, layouts, values, seed, options)
     if values == "exact" and info.exact_amplitude(case) < 1:
         # No integer range keeps every partial result exact here: fall back, deterministically.
         case = Case(op, entry, dtype, shape, layouts, "general", seed, options)
-    if prop in BATCHED:
+    if spec.batched:
         batch = _batch(draw, space, info, prop)
         case = case.with_batch(batch)
     return case
@@ -218,7 +215,6 @@ def cases(
 __all__ = [
     "ENGINE_MAX_COMPANIONS",
     "ENGINE_MAX_TOKENS",
-    "PROPERTIES",
     "ShapeContext",
     "boundary_values",
     "cases",

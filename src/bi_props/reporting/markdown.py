@@ -160,6 +160,14 @@ def render(data: ReportData) -> str:
             out.append(f"- {n.get('target', r.get('target'))} `{n.get('op')}`: {n.get('reason')}")
         out.append("")
 
+    own = [p for p in r.get("properties", []) or [] if not p.get("builtin", True)]
+    if own:  # users' properties (PropertySpec): what each checks, beside the built-in ones
+        out.append("## Properties declared outside bi_props\n")
+        for p in own:
+            control = " (switch off: a negative control)" if p.get("control") else ""
+            out.append(f"- `{p.get('name')}`: {p.get('description') or 'no description'}{control}")
+        out.append("")
+
     if r.get("routing_notes"):
         out.append("## Routing warnings\n")
         out.extend(f"- {note}" for note in r["routing_notes"])

@@ -15,6 +15,9 @@ The interface a library exposes (documented in the README):
   name them). They are registered (``register_op``) wherever the module is loaded: in the
   controller before the search space is validated and cases are drawn (``declare_ops``: the
   module is imported there, never enabled), and in every worker before the target is checked;
+- optionally ``EXTRA_PROPERTIES``: a list of ``bi_props.PropertySpec``, the library's own
+  properties, registered (``register_property``) wherever the module is loaded, exactly like
+  ``EXTRA_OPS`` and before them (docs/properties.md);
 - optionally ``ENTRIES`` (``{op: (entry, ...)}``) or ``entries()`` returning it: entry points
   that replace an op's own in this target (what its users call);
 - optionally ``evidence(op) -> {check: bool}``: identity checks (is the swapped function in
@@ -97,8 +100,40 @@ campaign over several targets draws every target's ops for each)."""
 _DECLARED: dict[str, str | None] = {}
 
 
+def register_extra_properties(spec: str, obj: Any) -> tuple[str, ...]:
+    """Register ``obj.EXTRA_PROPERTIES`` (a list of PropertySpec); TargetBroken on anything
+    wrong with them. Before ``EXTRA_OPS``: an OpSpec's ``properties`` may name them."""
+    from ..property_spec import PropertySpec, register_property
+
+    extra = getattr(obj, "EXTRA_PROPERTIES", ())
+    try:
+        specs = list(extra)
+    except TypeError:
+        raise TargetBroken(
+            f"target {spec!r}: EXTRA_PROPERTIES must be a list of bi_props.PropertySpec, got "
+            f"{extra!r}"
+        ) from None
+    names = []
+    for prop in specs:
+        if not isinstance(prop, PropertySpec):
+            raise TargetBroken(
+                f"target {spec!r}: EXTRA_PROPERTIES holds {prop!r}, not a "
+                f"bi_props.PropertySpec; see docs/properties.md"
+            )
+        try:
+            register_property(prop)
+        except ValueError as exc:
+            raise TargetBroken(f"target {spec!r}: EXTRA_PROPERTIES: {exc}") from None
+        names.append(prop.name)
+    return tuple(names)
+
+
 def register_extra_ops(spec: str, obj: Any) -> tuple[str, ...]:
-    """Register ``obj.EXTRA_OPS`` (a list of OpSpec); TargetBroken on anything wrong with them."""
+    """Register ``obj.EXTRA_PROPERTIES`` then ``obj.EXTRA_OPS`` (a list of OpSpec); TargetBroken
+    on anything wrong with them, or with a property's ``ops`` naming an op no one declared."""
+    from ..property_spec import PROPERTIES, unknown_ops
+
+    properties = register_extra_properties(spec, obj)
     extra = getattr(obj, "EXTRA_OPS", ())
     try:
         specs = list(extra)
@@ -117,6 +152,13 @@ def register_extra_ops(spec: str, obj: Any) -> tuple[str, ...]:
         except ValueError as exc:
             raise TargetBroken(f"target {spec!r}: EXTRA_OPS: {exc}") from None
         names.append(op.name)
+    for prop in properties:
+        unknown = unknown_ops(PROPERTIES[prop], OPS)
+        if unknown:
+            raise TargetBroken(
+                f"target {spec!r}: EXTRA_PROPERTIES: property {prop!r} names unknown ops "
+                f"{unknown} in its ops; the catalogue has {list(OPS)}"
+            )
     return tuple(names)
 
 
