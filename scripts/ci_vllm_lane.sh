@@ -6,6 +6,9 @@
 #      that need vLLM, which FAIL (not skip) if vLLM is missing;
 #   2. tests/vllm_lane/lane_vllm_on_cpu.py: the property suite against `--bi-target vllm`, expected
 #      to find vLLM's CPU failures; it checks the run, the switch propagation and every finding;
+#   2b. tests/vllm_lane/lane_vllm_ops.py: vLLM's own CPU kernels (torch.ops._C) for the engine ops,
+#      pinned case by case; lane_vllm_engine_ops.py: a campaign over them (every finding must be
+#      one of the pinned behaviours);
 #   3. tests/vllm_lane/lane_engine.py: the `vllm-engine` target (vLLM's LLM on a tiny model);
 #   4. tests/vllm_lane/lane_verl_switch.py: the `vllm` target switched by verl 0.9.1's own code
 #      (`--bi-switch verl`; verl is added to this venv without its dependencies, see below);
@@ -65,6 +68,9 @@ BI_PROPS_REQUIRE_VLLM=1 python -m pytest tests/test_vllm_target.py -q -p no:cach
     || status=1
 python -m pytest tests/vllm_lane/lane_vllm_on_cpu.py -q -p no:cacheprovider || status=1
 python -m pytest tests/vllm_lane/lane_vllm_ops.py -q -p no:cacheprovider || status=1
+engine_ops_start=$(date +%s)
+python -m pytest tests/vllm_lane/lane_vllm_engine_ops.py -q -p no:cacheprovider || status=1
+echo "vLLM lane: the engine-ops campaign took $(( $(date +%s) - engine_ops_start )) s"
 python -m pytest tests/vllm_lane/lane_engine.py -q -p no:cacheprovider || status=1
 verl_start=$(date +%s)
 python -m pytest tests/vllm_lane/lane_verl_switch.py -q -p no:cacheprovider || status=1
