@@ -27,10 +27,10 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
-from bi_props import properties
+from bi_props.model import properties
+from bi_props.model.space import load_profile
+from bi_props.model.strategies import cases
 from bi_props.runner.controller import Runner, Worker
-from bi_props.space import load_profile
-from bi_props.strategies import cases
 
 OP, PROP = "mm", "determinism"
 
@@ -57,7 +57,7 @@ def draw_cases(n: int) -> list:
 
 
 def direct(cases_: list) -> float:
-    from bi_props.execute import observe
+    from bi_props.execution.execute import observe
     from bi_props.targets.cpu import CpuTarget
 
     target = CpuTarget()  # disabled: stock kernels, like the workers below
@@ -88,7 +88,7 @@ def hypothesis_loop(observe_case, n: int, round_seed: int, drawn: list) -> float
 
 def in_process_hypothesis(n: int, round_seed: int) -> float:
     """(a'): the same Hypothesis test judged in this process: Hypothesis' own cost."""
-    from bi_props.execute import observe
+    from bi_props.execution.execute import observe
     from bi_props.targets.cpu import CpuTarget
 
     target = CpuTarget()

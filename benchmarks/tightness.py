@@ -28,10 +28,10 @@ from collections.abc import Callable
 
 import numpy as np
 
-from bi_props import materialize as M
-from bi_props.case import Case
-from bi_props.catalogue import OPS
-from bi_props.compare import bits_to_float64, round_to_bits, unit_roundoff
+from bi_props.execution import materialize as M
+from bi_props.model.case import Case
+from bi_props.model.catalogue import OPS
+from bi_props.model.compare import bits_to_float64, round_to_bits, unit_roundoff
 
 SIZES = (16, 256, 4096)
 DTYPES = ("float32", "bfloat16", "float16")

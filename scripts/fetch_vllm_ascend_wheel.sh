@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Download a vllm-ascend wheel from PyPI (without installing it or its dependencies) and unpack its
-# Python sources, for the ascend adapter's contract check (bi_props.contract, tests/test_contract.py).
+# Python sources, for the ascend adapter's contract check (bi_props.integrations.contract, tests/test_contract.py).
 #
 #   scripts/fetch_vllm_ascend_wheel.sh DIR [VERSION]     (VERSION defaults to 0.23.0)
 #

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from bi_props.campaign import (
+from bi_props.campaigns.campaign import (
     FindingsLog,
     Ledger,
     derive_seed,
@@ -28,9 +28,9 @@ from bi_props.campaign import (
     round_seed,
     turn_seed,
 )
-from bi_props.fuzz import database_key
-from bi_props.session import Finding
-from bi_props.space import load
+from bi_props.campaigns.fuzz import database_key
+from bi_props.campaigns.session import Finding
+from bi_props.model.space import load
 
 PLANTED = "bi_campaign_planted"
 PLANTED_SOURCE = textwrap.dedent(

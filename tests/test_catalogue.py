@@ -16,14 +16,19 @@ import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from bi_props import materialize as M
-from bi_props.case import Batch, Case, Companion
-from bi_props.catalogue import OPS, Reference, out_dtype
-from bi_props.compare import bits_to_float64, compare_bits, compare_to_reference, round_to_bits
-from bi_props.observation import Call, Observation, TensorBits
-from bi_props.properties import reference as judge_reference
-from bi_props.space import parse
-from bi_props.strategies import cases
+from bi_props.execution import materialize as M
+from bi_props.model.case import Batch, Case, Companion
+from bi_props.model.catalogue import OPS, Reference, out_dtype
+from bi_props.model.compare import (
+    bits_to_float64,
+    compare_bits,
+    compare_to_reference,
+    round_to_bits,
+)
+from bi_props.model.observation import Call, Observation, TensorBits
+from bi_props.model.properties import reference as judge_reference
+from bi_props.model.space import parse
+from bi_props.model.strategies import cases
 from bi_props.targets.cpu import stock_precision
 
 SMALL = parse(

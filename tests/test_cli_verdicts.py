@@ -19,7 +19,7 @@ PLANTED = Path(__file__).resolve().parent / "planted"
 
 @pytest.fixture
 def no_campaign(monkeypatch) -> None:
-    from bi_props import campaign
+    from bi_props.campaigns import campaign
 
     def refuse(self) -> int:
         raise AssertionError("a refused run must not start a campaign")

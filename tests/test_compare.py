@@ -10,7 +10,7 @@ from fractions import Fraction
 import numpy as np
 import pytest
 
-from bi_props.compare import (
+from bi_props.model.compare import (
     FORMATS,
     Mismatch,
     bits_to_float64,

@@ -1,4 +1,4 @@
-"""Tests of the ascend adapter's source contract check (bi_props/contract.py).
+"""Tests of the ascend adapter's source contract check (bi_props/integrations/contract.py).
 
 Against the real vllm-ascend 0.23.0 wheel from PyPI: set BI_PROPS_VLLM_ASCEND_SRC to an unpacked
 tree (``scripts/fetch_vllm_ascend_wheel.sh DIR``), or let the fixture download it once per session.
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from bi_props.contract import (
+from bi_props.integrations.contract import (
     Problem,
     check_contract,
     check_installed,

@@ -14,12 +14,12 @@ import torch
 from hypothesis import given, settings
 
 import bi_props.ops as stock_ops
-from bi_props import materialize
-from bi_props.case import Batch, Case, Companion
-from bi_props.catalogue import OPS
-from bi_props.compare import compare_bits, compare_to_reference, ulp_summary
-from bi_props.space import load_profile
-from bi_props.strategies import cases
+from bi_props.execution import materialize
+from bi_props.model.case import Batch, Case, Companion
+from bi_props.model.catalogue import OPS
+from bi_props.model.compare import compare_bits, compare_to_reference, ulp_summary
+from bi_props.model.space import load_profile
+from bi_props.model.strategies import cases
 from bi_props.targets.kernels import rotary, sampling
 
 DTYPES = ("float32", "bfloat16")
@@ -351,7 +351,8 @@ def test_reproducer_runs_and_compares(op: str, shape: tuple, options: dict, tmp_
     import subprocess
     import sys
 
-    from bi_props import execute, repro
+    from bi_props.execution import execute
+    from bi_props.reporting import repro
     from bi_props.targets.cpu import CpuTarget
 
     target = CpuTarget()

@@ -27,10 +27,10 @@ import pytest
 import torch
 
 import bi_props.ops as stock_ops
-from bi_props import materialize
-from bi_props.case import Batch, Case, Companion
-from bi_props.catalogue import OPS, PAGED_SPARE_BLOCKS, paged_decode_call, paged_layout
-from bi_props.compare import compare_to_reference
+from bi_props.execution import materialize
+from bi_props.model.case import Batch, Case, Companion
+from bi_props.model.catalogue import OPS, PAGED_SPARE_BLOCKS, paged_decode_call, paged_layout
+from bi_props.model.compare import compare_to_reference
 from bi_props.targets.kernels import paged_attention
 
 OP = "paged_decode_attention"
@@ -242,7 +242,7 @@ def test_the_op_is_defined_by_one_spec() -> None:
         text=True,
         check=False,
     ).stdout.splitlines()
-    assert len(out) == 1 and out[0].startswith("src/bi_props/catalogue.py:"), out
+    assert len(out) == 1 and out[0].startswith("src/bi_props/model/catalogue.py:"), out
     assert SPEC.controls == ("batch_invariance",)  # stock can be batch-variant: a real control
 
 
@@ -265,7 +265,8 @@ def test_both_entry_points_refuse_malformed_arguments_alike() -> None:
 def test_reproducer_runs_and_compares(prop: str, tmp_path: Path) -> None:
     """A standalone reproducer pages the cache as the call does and compares the needle's one
     output row; the (correct) kernel does not reproduce a finding."""
-    from bi_props import execute, repro
+    from bi_props.execution import execute
+    from bi_props.reporting import repro
     from bi_props.targets.cpu import CpuTarget
 
     target = CpuTarget()

@@ -22,12 +22,12 @@ import torch
 from hypothesis import given, settings
 
 import bi_props.ops as stock_ops
-from bi_props import materialize
-from bi_props.case import Batch, Case, Companion
-from bi_props.catalogue import OPS
-from bi_props.compare import compare_to_reference
-from bi_props.space import load_profile
-from bi_props.strategies import cases
+from bi_props.execution import materialize
+from bi_props.model.case import Batch, Case, Companion
+from bi_props.model.catalogue import OPS
+from bi_props.model.compare import compare_to_reference
+from bi_props.model.space import load_profile
+from bi_props.model.strategies import cases
 from bi_props.targets.kernels import moe
 
 OP = "fused_moe"
@@ -323,7 +323,8 @@ def test_stock_selects_on_logits_with_ties_to_the_lowest_index() -> None:
 
 
 def test_reproducer_runs_and_compares(tmp_path: Path) -> None:
-    from bi_props import execute, repro
+    from bi_props.execution import execute
+    from bi_props.reporting import repro
     from bi_props.targets.cpu import CpuTarget
 
     target = CpuTarget()
@@ -383,7 +384,7 @@ def test_every_property_holds_on_the_cpu_target_in_both_switch_states(tmp_path: 
 
 
 def test_the_op_is_defined_by_one_spec() -> None:
-    from bi_props.catalogue import BUILTIN_OPS
+    from bi_props.model.catalogue import BUILTIN_OPS
 
     root = Path(__file__).resolve().parents[1]
     found = subprocess.run(
@@ -393,5 +394,5 @@ def test_the_op_is_defined_by_one_spec() -> None:
         text=True,
         check=False,
     ).stdout.splitlines()
-    assert len(found) == 1 and found[0].startswith("src/bi_props/catalogue.py:"), found
+    assert len(found) == 1 and found[0].startswith("src/bi_props/model/catalogue.py:"), found
     assert OP in BUILTIN_OPS

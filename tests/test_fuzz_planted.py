@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from bi_props.case import parse_case
+from bi_props.model.case import parse_case
 
 PLANTED = Path(__file__).parent / "planted"
 BUDGET_S = 120  # the budget; all campaigns run at once

@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 import pytest
 from hypothesis import strategies as st
 
-from bi_props.case import Case
-from bi_props.fuzz import Cell, Interrupted, run_slice
-from bi_props.session import Failure, PropertyFailed, case_size, is_final_replay
+from bi_props.campaigns.fuzz import Cell, Interrupted, run_slice
+from bi_props.campaigns.session import Failure, PropertyFailed, case_size, is_final_replay
+from bi_props.model.case import Case
 
 
 def mm_case(m: int, k: int) -> Case:

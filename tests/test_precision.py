@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from bi_props import properties
-from bi_props.case import Case
+from bi_props.model import properties
+from bi_props.model.case import Case
 from bi_props.runner.controller import Runner
 
 pytestmark = pytest.mark.slow

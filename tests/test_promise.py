@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from bi_props.case import Batch, Case, Companion
-from bi_props.observation import Hello
-from bi_props.properties import Verdict
-from bi_props.session import PropertyFailed, Session
-from bi_props.space import load_profile
+from bi_props.campaigns.session import PropertyFailed, Session
+from bi_props.model.case import Batch, Case, Companion
+from bi_props.model.observation import Hello
+from bi_props.model.properties import Verdict
+from bi_props.model.space import load_profile
 
 VARIANT = Verdict(False, "needle rows inside the batch (actual) vs alone (desired)\nMismatched")
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bi_props.campaign import finding_from_dict
-from bi_props.ray_runner import (
+from bi_props.campaigns.campaign import finding_from_dict
+from bi_props.campaigns.ray_runner import (
     RayCampaign,
     ShardActor,
     actor_options,
@@ -20,7 +20,7 @@ from bi_props.ray_runner import (
     default_actors,
     device_for,
 )
-from bi_props.space import load
+from bi_props.model.space import load
 from test_campaign import BUG_SIGNATURES, PLANTED, PLANTED_SOURCE, STRATEGIES, _lines
 
 
@@ -158,7 +158,7 @@ def test_ray_campaign_survives_a_killed_actor(local_ray, tmp_path: Path) -> None
     for finding in report["findings"]:
         from hashlib import sha384
 
-        from bi_props.fuzz import database_key
+        from bi_props.campaigns.fuzz import database_key
 
         cell = (finding["op"], finding["property"], finding["switch"])
         key = sha384(database_key(PLANTED, *cell)).hexdigest()[:16]

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from bi_props.case import Batch, Case, Companion, parse_case
-from bi_props.known import DataFileError, load_known, load_regressions, promote
-from bi_props.session import Finding, Session
-from bi_props.space import load_profile
+from bi_props.campaigns.session import Finding, Session
+from bi_props.model.case import Batch, Case, Companion, parse_case
+from bi_props.model.known import DataFileError, load_known, load_regressions, promote
+from bi_props.model.space import load_profile
 
 PLANTED = Path(__file__).parent / "planted"
 SITE_PACKAGES = Path(torch.__file__).resolve().parents[1]
@@ -77,7 +77,7 @@ def run_isolated(script: Path, *paths: Path) -> subprocess.CompletedProcess:
 
 def test_isolated_interpreter_cannot_import_bi_props(tmp_path: Path) -> None:
     probe = tmp_path / "probe.py"
-    probe.write_text("import torch\nimport bi_props.case\n")
+    probe.write_text("import torch\nimport bi_props.model.case\n")
     done = run_isolated(probe, PLANTED)
     assert done.returncode != 0 and "bi_props" in done.stderr
 
@@ -137,10 +137,10 @@ def test_call_source_matches_the_catalogue_call() -> None:
     """The expression a reproducer runs is the catalogue's call, bit for bit."""
     from hypothesis import HealthCheck, given, settings
 
-    from bi_props import materialize as M
-    from bi_props.catalogue import OPS
-    from bi_props.repro import call_source
-    from bi_props.strategies import cases
+    from bi_props.execution import materialize as M
+    from bi_props.model.catalogue import OPS
+    from bi_props.model.strategies import cases
+    from bi_props.reporting.repro import call_source
 
     space = load_profile("dev")
     for op in ("mm", "matmul", "bmm", "addmm", "linear", "sum", "mean", "softmax"):

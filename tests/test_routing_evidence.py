@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from bi_props import properties
-from bi_props.case import Case
-from bi_props.observation import Call, Hello, Observation
+from bi_props.model import properties
+from bi_props.model.case import Case
+from bi_props.model.observation import Call, Hello, Observation
 from bi_props.runner.controller import Runner
 
 PLANTED = Path(__file__).resolve().parent / "planted"

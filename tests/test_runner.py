@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from bi_props import properties
-from bi_props.case import Case
+from bi_props.model import properties
+from bi_props.model.case import Case
 from bi_props.runner.controller import (
     CONFIRM_GRACE_S,
     ConfirmationCut,
@@ -149,8 +149,8 @@ def test_worker_imports_neither_hypothesis_nor_pytest(probe_runner: Runner, prob
         observation = probe_runner.observe("routing", mm_case(), switch)
         assert properties.routing(observation, probe_runner.hello(switch), "mm").ok
     lines = probe_lines(probe_file)
-    # Both workers loaded the target, and the enabled one ran the kernel: after bi_props.execute
-    # and torch were imported and an example was served.
+    # Both workers loaded the target, and the enabled one ran the kernel: after
+    # bi_props.execution.execute and torch were imported and an example was served.
     assert [line["event"] for line in lines].count("enable") == 2
     assert any(line["event"] == "mm" for line in lines)
     for line in lines:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bi_props.scheduler import CONTROL_SHARE, Item, Scheduler, behaviours
+from bi_props.campaigns.scheduler import CONTROL_SHARE, Item, Scheduler, behaviours
 
 
 def _run(schedule: Scheduler, cost: dict, until: float, lines=None) -> list[tuple[float, Item]]:
@@ -141,7 +141,7 @@ def test_nothing_is_scheduled_past_the_budget() -> None:
 
 def test_control_share_is_read_from_the_space_and_validated(tmp_path) -> None:
     from bi_props.cli import main
-    from bi_props.space import SpaceError, load
+    from bi_props.model.space import SpaceError, load
 
     good = tmp_path / "good.toml"
     good.write_text("[runner]\ncontrol_share = 0.05\n")

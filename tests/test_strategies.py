@@ -10,10 +10,10 @@ import pytest
 from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 
-from bi_props.case import Batch, Case, Companion
-from bi_props.catalogue import OPS
-from bi_props.space import Extent, Space, load_profile, parse
-from bi_props.strategies import (
+from bi_props.model.case import Batch, Case, Companion
+from bi_props.model.catalogue import OPS
+from bi_props.model.space import Extent, Space, load_profile, parse
+from bi_props.model.strategies import (
     _VALUES_FOR,
     BATCHED,
     PROPERTIES,

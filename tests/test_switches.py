@@ -17,10 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from bi_props import cli, properties, switches, verl_switch
-from bi_props.observation import Call, Hello, Observation
+from bi_props import cli
+from bi_props.integrations import switches, verl_switch
+from bi_props.integrations.switches import PROVIDER_ENV, SwitchUsageError
+from bi_props.model import properties
+from bi_props.model.observation import Call, Hello, Observation
 from bi_props.runner.controller import Runner, Worker
-from bi_props.switches import PROVIDER_ENV, SwitchUsageError
 from bi_props.targets.base import TargetBroken
 
 PLANTED = Path(__file__).resolve().parent / "planted"
@@ -97,8 +99,8 @@ def test_the_controller_leaves_the_variable_out_for_verl_only():
 
 
 def test_a_session_forwards_its_provider_to_the_workers(monkeypatch: pytest.MonkeyPatch):
-    from bi_props.session import Session
-    from bi_props.space import load_profile
+    from bi_props.campaigns.session import Session
+    from bi_props.model.space import load_profile
 
     space = load_profile("ci")
     monkeypatch.delenv(PROVIDER_ENV, raising=False)
@@ -215,8 +217,8 @@ def test_rows_record_the_steps_and_the_environment_verl_left():
 
 
 def test_the_report_carries_verls_record_of_both_states():
-    from bi_props.session import Session
-    from bi_props.space import load_profile
+    from bi_props.campaigns.session import Session
+    from bi_props.model.space import load_profile
 
     session = Session("vllm", load_profile("ci"), switch_provider="verl")
     session.runner._hellos = {

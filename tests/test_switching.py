@@ -1,5 +1,5 @@
-"""The ``switching`` property (bi_props.switching) on planted two-way switches, each run in a
-spawned interpreter as the property runs: a correct one holds, a non-re-entrant one is caught
+"""The ``switching`` property (bi_props.execution.switching) on planted two-way switches, each run
+in a spawned interpreter as the property runs: a correct one holds, a non-re-entrant one is caught
 with its minimal steps, and one-way targets are "not applicable"."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bi_props import switching
+from bi_props.execution import switching
 
 PLANTED = Path(__file__).resolve().parent / "planted"
 

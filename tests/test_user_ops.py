@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from bi_props import catalogue
-from bi_props.case import parse_case
+from bi_props.model import catalogue
+from bi_props.model.case import parse_case
 
 USER_OPS = Path(__file__).parent / "user_ops"
 PLANTED = Path(__file__).parent / "planted"
@@ -66,8 +66,20 @@ def registry(monkeypatch: pytest.MonkeyPatch):
 
 def test_the_catalogue_imports_neither_torch_nor_hypothesis() -> None:
     code = (
-        "import sys, bi_props.catalogue, bi_props.space, bi_props.targets.module; "
+        "import sys, bi_props.model.catalogue, bi_props.model.space, bi_props.targets.module; "
         "assert 'torch' not in sys.modules and 'hypothesis' not in sys.modules"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_the_worker_side_imports_neither_hypothesis_nor_pytest() -> None:
+    """Every module of bi_props.execution and the worker's entry point, as a worker imports them."""
+    code = (
+        "import importlib, pkgutil, sys, bi_props.execution, bi_props.runner.worker\n"
+        "for m in pkgutil.iter_modules(bi_props.execution.__path__, 'bi_props.execution.'):\n"
+        "    importlib.import_module(m.name)\n"
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('hypothesis', 'pytest', '_pytest')]\n"
+        "assert not bad, bad\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
@@ -170,7 +182,7 @@ def test_an_unknown_op_in_ops_still_gets_the_clear_error(registry) -> None:
 
 
 def test_a_space_may_name_a_target_modules_ops(registry, tmp_path: Path) -> None:
-    from bi_props.space import SpaceError, load
+    from bi_props.model.space import SpaceError, load
 
     good = tmp_path / "good.toml"
     good.write_text(
@@ -198,8 +210,8 @@ def test_a_space_may_name_a_target_modules_ops(registry, tmp_path: Path) -> None
 def test_the_user_ops_draw_shape_gives_valid_cases(registry) -> None:
     import fused_gated  # noqa: F401  (registers my_silu_and_mul)
 
-    from bi_props.space import parse
-    from bi_props.strategies import cases
+    from bi_props.model.space import parse
+    from bi_props.model.strategies import cases
 
     space = parse({"shapes": {"rows": {"min": 1, "max": 40}}}, "inline", "test")
     assert "my_silu_and_mul" in space.ops  # a registered op joins the default ops

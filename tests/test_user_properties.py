@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from bi_props import catalogue, property_spec
-from bi_props.case import parse_case
+from bi_props.model import catalogue, property_spec
+from bi_props.model.case import parse_case
 
 USER_OPS = Path(__file__).parent / "user_ops"
 BUDGET_S = 40
@@ -96,7 +96,7 @@ def test_the_public_api_and_the_built_in_properties_are_records() -> None:
 def test_registering_a_property_adds_its_cells_and_control(registry) -> None:
     import strided_gated  # registers my_silu_and_mul (fused_gated) and layout_invariance
 
-    from bi_props.strategies import PROPERTIES
+    from bi_props.model.strategies import PROPERTIES
 
     assert "layout_invariance" in property_spec.registered_properties()
     assert "layout_invariance" in PROPERTIES  # derived from the registry, not a copy
@@ -133,8 +133,8 @@ def test_a_property_without_ops_applies_where_opspec_lists_it(registry) -> None:
 def test_the_user_propertys_cases_follow_its_record(registry) -> None:
     import strided_gated  # noqa: F401
 
-    from bi_props.space import parse
-    from bi_props.strategies import cases
+    from bi_props.model.space import parse
+    from bi_props.model.strategies import cases
 
     space = parse({"ops": {"include": ["my_silu_and_mul"]}}, "inline", "test")
 
@@ -198,7 +198,7 @@ def test_bad_extra_properties_break_the_target_with_one_message(registry, tmp_pa
 def test_unknown_property_names_get_one_clear_error(registry, tmp_path) -> None:
     import strided_gated  # noqa: F401
 
-    from bi_props.known import DataFileError, load_known
+    from bi_props.model.known import DataFileError, load_known
 
     with pytest.raises(KeyError, match="unknown property 'nope'; known: routing, "):
         property_spec.get("nope")
@@ -220,7 +220,7 @@ def test_workers_register_the_properties_without_hypothesis_or_pytest() -> None:
     code = (
         "import sys\n"
         "from bi_props.targets.module import declare_from_environment\n"
-        "from bi_props import property_spec\n"
+        "from bi_props.model import property_spec\n"
         "declare_from_environment('cpu')\n"
         "assert 'layout_invariance' in property_spec.PROPERTIES, property_spec.PROPERTIES\n"
         "assert 'hypothesis' not in sys.modules and 'pytest' not in sys.modules\n"
@@ -352,8 +352,8 @@ def test_the_docs_show_the_worked_example_verbatim() -> None:
 def test_an_observer_returning_the_wrong_shape_says_what_it_must_return(registry) -> None:
     import strided_gated
 
-    from bi_props.case import Case
-    from bi_props.execute import observe
+    from bi_props.execution.execute import observe
+    from bi_props.model.case import Case
 
     bad = dataclasses.replace(strided_gated.LAYOUT_INVARIANCE, name="bad", observer=lambda c, t: {})
     property_spec.register_property(bad)

@@ -11,10 +11,12 @@ import time
 
 from hypothesis import strategies as st
 
-from bi_props.case import Case
-from bi_props.fuzz import Cell, run_slice
-from bi_props.known import KnownFailure
-from bi_props.properties import Verdict
+from bi_props.campaigns.fuzz import Cell, run_slice
+from bi_props.campaigns.session import Failure, Session
+from bi_props.model.case import Case
+from bi_props.model.known import KnownFailure
+from bi_props.model.properties import Verdict
+from bi_props.model.space import parse
 from bi_props.runner.controller import (
     CONFIRM_GRACE_S,
     CONFIRM_PATIENCE,
@@ -25,8 +27,6 @@ from bi_props.runner.controller import (
     WorkerHang,
     WorkerStartFailure,
 )
-from bi_props.session import Failure, Session
-from bi_props.space import parse
 
 
 def mm_case(m: int, k: int) -> Case:
@@ -92,7 +92,7 @@ def test_only_a_case_that_held_when_run_again_counts_as_passed_again() -> None:
     settled), nor is an unobservable verdict; only a property that held is."""
     import pytest
 
-    from bi_props.session import PropertyFailed
+    from bi_props.campaigns.session import PropertyFailed
 
     outcome = {"verdict": Verdict(False, "bits differ", "mismatch")}
     session = session_judged_by(lambda case, fresh: outcome["verdict"])
@@ -133,7 +133,7 @@ def test_a_failure_folded_into_another_while_shrinking_is_no_flaky_finding() -> 
 
 
 def test_an_error_of_bi_props_is_an_internal_finding_and_exit_3() -> None:
-    from bi_props.campaign import Ledger
+    from bi_props.campaigns.campaign import Ledger
 
     def judge(case: Case, fresh: bool) -> Verdict:
         if case.shape[0] >= 5:
@@ -155,7 +155,7 @@ def test_an_error_of_bi_props_is_an_internal_finding_and_exit_3() -> None:
 def test_an_error_outside_any_example_stops_the_cell_loudly_and_exits_3() -> None:
     """A bug of bi_props before any case reaches the judge (here: drawing the case) records no
     finding of a case; it is kept as the run's internal error, never a silent retire."""
-    from bi_props.campaign import Ledger
+    from bi_props.campaigns.campaign import Ledger
 
     def broken(_: int) -> Case:
         raise ZeroDivisionError("a strategy's bug")

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
-from bi_props.observation import Call, Hello, Observation
-from bi_props.properties import routing
+from bi_props.model.observation import Call, Hello, Observation
+from bi_props.model.properties import routing
 from bi_props.targets.base import TargetBroken, TargetMissing
 from bi_props.targets.vllm import (
     MODULE_PATHS,
@@ -759,7 +759,7 @@ def test_real_workers_both_states():
     """Two real workers: the hellos agree on coverage (predicted vs registered), and the
     dispatcher evidence flips with the switch."""
     require_vllm()
-    from bi_props.case import Case
+    from bi_props.model.case import Case
     from bi_props.runner.controller import Runner
 
     runner = Runner("vllm", start_timeout_s=300, example_timeout_s=120)

@@ -221,7 +221,7 @@ def _switch_option(parser: argparse.ArgumentParser) -> None:
 def _switch_problem(chosen: str | None, targets: list[str]) -> tuple[str, str | None]:
     """The provider (--switch, else BI_PROPS_SWITCH_PROVIDER, else env) and why it cannot
     switch one of ``targets`` (None when it can)."""
-    from .switches import SwitchUsageError, selected, usage_error
+    from .integrations.switches import SwitchUsageError, selected, usage_error
 
     try:
         provider = chosen or selected()
@@ -237,8 +237,8 @@ def _switch_problem(chosen: str | None, targets: list[str]) -> tuple[str, str | 
 def _space(args: argparse.Namespace):
     from dataclasses import replace
 
-    from .catalogue import OPS
-    from .space import SpaceError, _unknown_ops_hint, load, load_profile
+    from .model.catalogue import OPS
+    from .model.space import SpaceError, _unknown_ops_hint, load, load_profile
     from .targets.module import declare_ops
 
     for target in args.target or ():  # a module target's EXTRA_OPS: --ops and the space name them
@@ -275,7 +275,7 @@ def _fuzz(args: argparse.Namespace) -> int:
     if args.ray_actors is not None and args.ray_actors < 1:
         return _usage("--ray-actors must be at least 1")
     space = _space(args)
-    from .known import DataFileError, load_known
+    from .model.known import DataFileError, load_known
 
     try:
         known = load_known(args.known) if args.known else []
@@ -378,7 +378,7 @@ def _blind_controls(out: Path) -> list[str]:
 def _provider(provider: str | None) -> Iterator[None]:
     """The campaign's sessions read the provider from BI_PROPS_SWITCH_PROVIDER (and its workers
     inherit it): set it for the run, then put back what was there."""
-    from .switches import PROVIDER_ENV
+    from .integrations.switches import PROVIDER_ENV
 
     if provider is None:
         yield
@@ -399,7 +399,7 @@ def _run_fuzz(args: argparse.Namespace, space, known, targets: list[str]) -> int
 
     try:
         if args.ray is not None:
-            from .ray_runner import run_ray_campaign
+            from .campaigns.ray_runner import run_ray_campaign
 
             return run_ray_campaign(
                 targets,
@@ -413,7 +413,7 @@ def _run_fuzz(args: argparse.Namespace, space, known, targets: list[str]) -> int
                 device=args.ray_device,
                 known=known,
             )
-        from .campaign import Campaign
+        from .campaigns.campaign import Campaign
 
         campaign = Campaign(
             targets,
@@ -462,7 +462,7 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _repro(args: argparse.Namespace) -> int:
-    from .repro_cli import repro
+    from .reporting.repro_cli import repro
 
     return repro(args.finding, args.index, args.issue)
 
@@ -470,7 +470,7 @@ def _repro(args: argparse.Namespace) -> int:
 def _promote(args: argparse.Namespace) -> int:
     import json
 
-    from .known import DataFileError, promote
+    from .model.known import DataFileError, promote
 
     try:
         findings = json.loads(args.report.read_text()).get("findings", [])

@@ -10,9 +10,9 @@ import platform
 import sys
 from typing import Any, TextIO
 
-from .observation import Hello
+from .integrations.switches import PROVIDER_ENV, WATCHED, broken_promises
+from .model.observation import Hello
 from .runner.controller import Runner, WorkerFailure
-from .switches import PROVIDER_ENV, WATCHED, broken_promises
 
 
 def _rows(hello: Hello) -> list[tuple[str, str]]:
@@ -59,14 +59,14 @@ def doctor(target: str, out: TextIO | None = None, switch_provider: str = "env")
     print(f"  python: {platform.python_version()} ({sys.executable})", file=out)
     print(f"  switch provider: {switch_provider}", file=out)
     if switch_provider == "verl":
-        from .verl_switch import probe
+        from .integrations.verl_switch import probe
 
         for key, value in probe().items():
             print(f"    {key}: {value}", file=out)
     runner = Runner(target, start_timeout_s=600, extra_env={PROVIDER_ENV: switch_provider})
     ok = True
     if target == "ascend":  # the symbol contract, read from the installed source (never imported)
-        from .contract import check_installed
+        from .integrations.contract import check_installed
 
         problems = check_installed()
         if problems is None:

@@ -98,7 +98,7 @@ class BiPropsState:
     @property
     def switch_provider(self) -> str:
         """--bi-switch, else BI_PROPS_SWITCH_PROVIDER, else env; refused where it cannot work."""
-        from .switches import SwitchUsageError, selected, usage_error
+        from .integrations.switches import SwitchUsageError, selected, usage_error
 
         try:
             provider = self.config.getoption("bi_switch") or selected()
@@ -112,7 +112,7 @@ class BiPropsState:
     @property
     def space(self):
         if self._space is None:
-            from .space import SpaceError, load, load_profile
+            from .model.space import SpaceError, load, load_profile
             from .targets.module import declare_ops
 
             if self.config.getoption("bi_target"):  # its EXTRA_OPS, before the space names them
@@ -131,7 +131,7 @@ class BiPropsState:
     @property
     def session(self):
         if self._session is None:
-            from .session import Session
+            from .campaigns.session import Session
 
             self._session = Session(self.target, self.space, switch_provider=self.switch_provider)
             report = self.config.getoption("bi_report")
@@ -145,7 +145,7 @@ class BiPropsState:
 
     @property
     def known(self):
-        from .known import DataFileError, load_known
+        from .model.known import DataFileError, load_known
 
         path = self.config.getoption("bi_known")
         if path:
@@ -157,7 +157,7 @@ class BiPropsState:
 
     @property
     def regressions(self):
-        from .known import DataFileError, load_regressions
+        from .model.known import DataFileError, load_regressions
 
         path = self.config.getoption("bi_regressions")
         if path:
@@ -232,7 +232,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     if not set(PARAMS) <= set(metafunc.fixturenames):
         return
-    from .catalogue import cells, controls
+    from .model.catalogue import cells, controls
 
     state = metafunc.config.stash[_KEY]
     if metafunc.function.__name__.endswith("control"):
@@ -356,11 +356,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         from hypothesis.errors import Flaky
 
         if call.excinfo.errisinstance(Flaky) and session.passed_again(session.last_failure):
-            from .fuzz import _record_flaky
+            from .campaigns.fuzz import _record_flaky
 
             _record_flaky(session, session.last_failure)
         elif call.excinfo.errisinstance(Flaky) and not session.recorded(session.last_failure):
-            from .session import FAILED_DIFFERENTLY
+            from .campaigns.session import FAILED_DIFFERENTLY
 
             # the same case failed differently on replay: a finding as seen
             session.finalize(session.last_failure, shrink=FAILED_DIFFERENTLY)
@@ -433,7 +433,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         f"{session.space.source}; {session.runner.examples} examples in "
         f"{session.runner.starts} worker processes"
     )
-    from .switches import rows
+    from .integrations.switches import rows
 
     verl: dict[str, str] = {}  # what verl set, per switch state
     for hello in session.runner._hellos.values():
@@ -474,7 +474,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
         tr.line(f"WARNING: {note}", yellow=True)
     for (op, switch), why in session.unobservable.items():
         tr.line(f"ROUTING NOT OBSERVABLE: {op} [{switch}]: {why}", yellow=True, bold=True)
-    from .session import unclaimed_line
+    from .campaigns.session import unclaimed_line
 
     for op, entry in session.unclaimed.items():
         tr.line(unclaimed_line(op, entry), yellow=entry["batch_variant"])

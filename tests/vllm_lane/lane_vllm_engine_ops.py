@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 
-from bi_props.case import parse_case
+from bi_props.model.case import parse_case
 
 SPACE = Path(__file__).with_name("engine_ops.toml")
 BUDGET_S = 300

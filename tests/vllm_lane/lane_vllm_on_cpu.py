@@ -47,7 +47,7 @@ ROUTING_PROBLEMS = (
 
 
 def _space():
-    from bi_props.space import load
+    from bi_props.model.space import load
 
     return load(STRATEGIES, "vllm_lane")
 
@@ -152,7 +152,7 @@ def lane(tmp_path_factory) -> SuiteRun:
 def test_suite_completed_with_findings(lane):
     """The run went through: exit status 1 (tests failed), never a usage or internal error, a
     report, every parametrised test present, and every failure a property failure."""
-    from bi_props.catalogue import cells, controls
+    from bi_props.model.catalogue import cells, controls
 
     assert lane.report is not None, lane.log[-3000:]
     assert lane.returncode == 1, f"exit status {lane.returncode}:\n{lane.log[-3000:]}"
@@ -174,7 +174,7 @@ def test_suite_completed_with_findings(lane):
     for name, (outcome, message) in lane.outcomes.items():
         if outcome == "failed":
             assert message.startswith(
-                ("bi_props.session.PropertyFailed", "bi_props.runner.controller.Worker")
+                ("bi_props.campaigns.session.PropertyFailed", "bi_props.runner.controller.Worker")
             ), (name, message)
             assert "InternalError" not in message, (name, message)
 
@@ -194,8 +194,8 @@ def test_every_failure_is_one_recordedfinding(lane):
 def test_switch_propagation_observed(lane):
     """Routing: disabled passes for every op; enabled passes or fails only because the op itself
     raised; and, read directly, vLLM's kernels are in the dispatcher exactly when enabled."""
-    from bi_props import properties
-    from bi_props.case import Case
+    from bi_props.model import properties
+    from bi_props.model.case import Case
     from bi_props.runner.controller import Runner
 
     space = _space()
@@ -262,8 +262,8 @@ def test_switch_propagation_observed(lane):
 
 
 def test_findings_are_well_formed(lane):
-    from bi_props.session import Finding
-    from bi_props.strategies import PROPERTIES
+    from bi_props.campaigns.session import Finding
+    from bi_props.model.strategies import PROPERTIES
 
     required = {
         "target",
@@ -289,7 +289,7 @@ def test_findings_are_well_formed(lane):
         if f["kind"] == "error":
             assert f["error_type"], f
         namespace: dict[str, Any] = {}
-        exec("from bi_props.case import *", namespace)
+        exec("from bi_props.model.case import *", namespace)
         case = eval(f["case"], namespace)
         assert type(case).__name__ == "Case" and case.op == f["op"], f
         assert repr(case) == f["case"]
@@ -299,11 +299,11 @@ def test_findings_are_well_formed(lane):
 def test_findings_reproduce_in_fresh_processes(lane):
     """Each finding's case, judged again in brand-new workers (not the suite's), fails the same
     way."""
+    from bi_props.campaigns.session import Session
     from bi_props.runner.controller import WorkerFailure
-    from bi_props.session import Session
 
     namespace: dict[str, Any] = {}
-    exec("from bi_props.case import *", namespace)
+    exec("from bi_props.model.case import *", namespace)
     session = Session("vllm", _space())
     try:
         for f in lane.report["findings"]:

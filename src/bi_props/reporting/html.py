@@ -280,7 +280,8 @@ def render(data: ReportData, plots: bool = True) -> str:
         parts.append("<h2>Rounds</h2>")
         parts.append(
             "<p>Round <i>r</i> of a target uses the seed <code>round_seed(seed, target, r)</code> "
-            "(<code>bi_props.campaign</code>); <code>--seed SEED</code> replays a run.</p>"
+            "(<code>bi_props.campaigns.campaign</code>); <code>--seed SEED</code> replays a run."
+            "</p>"
         )
         parts.append(
             _table(

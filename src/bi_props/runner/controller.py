@@ -22,9 +22,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from ..case import Case
-from ..observation import Hello, Observation
-from ..switches import PROVIDER_ENV
+from ..integrations.switches import PROVIDER_ENV
+from ..model.case import Case
+from ..model.observation import Hello, Observation
 from .protocol import read_exact, receive, send
 from .worker import FORK_FD_ENV
 

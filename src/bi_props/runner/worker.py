@@ -57,7 +57,7 @@ def _serve() -> None:
 
 def _requests(inbox, outbox, target, switch: str, first=None) -> None:
     """Serve examples until "exit" or the end of the channel."""
-    from bi_props.execute import export, observe
+    from bi_props.execution.execute import export, observe
     from bi_props.runner.protocol import receive, send
 
     message = first
@@ -217,16 +217,16 @@ def _fork_self_test(timeout_s: float = 30.0) -> tuple[bool, str]:
 
 def _precisions(target) -> dict[str, str]:
     """The target's declared internal precision for every op with a float64 reference."""
-    from bi_props.catalogue import OPS
+    from bi_props.model.catalogue import OPS
 
     return {op: target.precision(op) for op, info in OPS.items() if "reference" in info.properties}
 
 
 def _load(target_spec: str, switch: str):
     """Import the target and turn its switch; missing stacks become a hello, not a crash."""
-    from bi_props import triton_compat
-    from bi_props.observation import Hello
-    from bi_props.switches import DEFAULT, PROVIDER_ENV, provide, rows
+    from bi_props.integrations import triton_compat
+    from bi_props.integrations.switches import DEFAULT, PROVIDER_ENV, provide, rows
+    from bi_props.model.observation import Hello
     from bi_props.targets import TargetBroken, TargetMissing, resolve
 
     try:

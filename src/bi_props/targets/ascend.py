@@ -3,7 +3,7 @@
 NOT VERIFIED ON NPU HARDWARE. Written against the published vllm-ascend source (the 0.23.0 wheel;
 git tags 0.13-0.25; PyPI releases up to 0.30.0rc2) and torch_npu's documented API; its pure logic
 lives in ascend_routes.py (unit tested) and the vllm-ascend symbols it relies on are checked against
-source trees by ``bi_props.contract``.
+source trees by ``bi_props.integrations.contract``.
 
 Two switches, chosen with ``BI_PROPS_ASCEND_SWITCH``:
 
@@ -157,7 +157,7 @@ class AscendTarget(Target):
             raise TargetBroken(message)
         if state == "missing":
             raise TargetMissing(message)
-        from ..catalogue import OPS
+        from ..model.catalogue import OPS
 
         self._plan = plan(self._caps, self._switch, tuple(OPS))
 
@@ -307,7 +307,7 @@ class AscendTarget(Target):
     def entries(self) -> dict[str, tuple[str, ...]]:
         """torch_npu entry points (ENTRIES) and, for the vllm-ascend versions they were read for,
         the engine ops' adapters (``ascend_ops``), each only where the catalogue has the op."""
-        from ..catalogue import OPS
+        from ..model.catalogue import OPS
 
         return entries_for(self._caps.vllm_ascend, tuple(OPS))
 

@@ -4,10 +4,10 @@ that vllm-ascend 0.23.0 itself makes for them.
 NOT RUN ON AN NPU. Each adapter converts bi_props' operand layout (the catalogue's OpSpec) to the
 NPU call's arguments and the call's outputs back, exactly as the vllm-ascend 0.23.0 code named in
 its docstring does; the names and keywords used are checked against the published 0.23.0 wheel by
-``bi_props.contract`` (``ascend_routes.CALL_USES``, ``ascend_routes.ROPE_FORWARD``). Their pure
-logic is unit-tested with a stand-in ``torch_npu`` namespace (tests/test_ascend_ops.py): which
-arguments are passed, which output is kept, in-place semantics. Hardware behaviour (layouts the
-kernels accept, rounding) is not verified.
+``bi_props.integrations.contract`` (``ascend_routes.CALL_USES``, ``ascend_routes.ROPE_FORWARD``).
+Their pure logic is unit-tested with a stand-in ``torch_npu`` namespace (tests/test_ascend_ops.py):
+which arguments are passed, which output is kept, in-place semantics. Hardware behaviour (layouts
+the kernels accept, rounding) is not verified.
 
 torch_npu is looked up when an adapter is called (never at import), so vllm-ascend's attribute
 swaps (``torch_npu.npu_add_rms_norm``, ``torch_npu.npu_fused_infer_attention_score``) are what

@@ -1,7 +1,8 @@
 """Pure logic of the ``ascend`` target: what vllm-ascend's switch installs, per version and backend.
 
 Nothing here imports torch, torch_npu or vllm-ascend, so all of it is unit-tested on any machine and
-shared by the adapter (targets/ascend.py) and the source contract check (bi_props/contract.py).
+shared by the adapter (targets/ascend.py) and the source contract check
+(bi_props/integrations/contract.py).
 
 Where the facts come from (read, not run on an NPU):
 
@@ -673,7 +674,8 @@ def moe_mlp_arguments(group_list: object) -> dict[str, object]:
 
 
 # ---------------------------------------------------------------------------------------------
-# What the adapter relies on in vllm-ascend (checked against source trees by bi_props.contract)
+# What the adapter relies on in vllm-ascend (checked against source trees by
+# bi_props.integrations.contract)
 
 
 @dataclass(frozen=True)
@@ -931,7 +933,7 @@ CALL_USES: tuple[CallUse, ...] = (
     ),
 )
 """Every torch_npu call of the engine adapters (ascend_ops), with the vllm-ascend 0.23.0 file that
-makes the same call; ``bi_props.contract`` fails on any it cannot find."""
+makes the same call; ``bi_props.integrations.contract`` fails on any it cannot find."""
 
 
 def call_uses_for(version: str | None) -> tuple[CallUse, ...]:

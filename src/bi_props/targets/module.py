@@ -44,7 +44,7 @@ import importlib
 import os
 from typing import Any
 
-from ..catalogue import OPS, PRECISIONS, OpSpec, register_op
+from ..model.catalogue import OPS, PRECISIONS, OpSpec, register_op
 from .base import Target, TargetBroken, TargetMissing, stock_precision, switch_requested
 
 # What thinking-machines' batch_invariant_ops overrides (aten::mm, addmm, _log_softmax, mean.dim).
@@ -103,7 +103,7 @@ _DECLARED: dict[str, str | None] = {}
 def register_extra_properties(spec: str, obj: Any) -> tuple[str, ...]:
     """Register ``obj.EXTRA_PROPERTIES`` (a list of PropertySpec); TargetBroken on anything
     wrong with them. Before ``EXTRA_OPS``: an OpSpec's ``properties`` may name them."""
-    from ..property_spec import PropertySpec, register_property
+    from ..model.property_spec import PropertySpec, register_property
 
     extra = getattr(obj, "EXTRA_PROPERTIES", ())
     try:
@@ -131,7 +131,7 @@ def register_extra_properties(spec: str, obj: Any) -> tuple[str, ...]:
 def register_extra_ops(spec: str, obj: Any) -> tuple[str, ...]:
     """Register ``obj.EXTRA_PROPERTIES`` then ``obj.EXTRA_OPS`` (a list of OpSpec); TargetBroken
     on anything wrong with them, or with a property's ``ops`` naming an op no one declared."""
-    from ..property_spec import PROPERTIES, unknown_ops
+    from ..model.property_spec import PROPERTIES, unknown_ops
 
     properties = register_extra_properties(spec, obj)
     extra = getattr(obj, "EXTRA_OPS", ())

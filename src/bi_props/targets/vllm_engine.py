@@ -3,8 +3,9 @@
 The catalogue op ``engine`` sends the needle prompt alone, then inside a batch of random prompts,
 through ``prompt_logprobs`` (below) and compares the per-token logprobs bitwise (the ``logprobs``
 property; ``determinism`` sends the same batch twice). The model is a random-weight Llama written
-to a local folder by ``bi_props.engine.write_tiny_model`` (``$BI_PROPS_ENGINE_DIR``, default a
-folder under the temporary directory, reused while its spec matches): nothing is downloaded.
+to a local folder by ``bi_props.integrations.engine.write_tiny_model`` (``$BI_PROPS_ENGINE_DIR``,
+default a folder under the temporary directory, reused while its spec matches): nothing is
+downloaded.
 
 One engine per worker, i.e. per switch state, built in ``activate()`` with the switch already in
 the environment and kept for every example. It runs in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``
@@ -196,8 +197,8 @@ class VllmEngineTarget(Target):
 
     def activate(self) -> None:
         global _ENGINE
-        from ..catalogue import ENGINE_VOCAB
-        from ..engine import read_spec, write_tiny_model
+        from ..integrations.engine import read_spec, write_tiny_model
+        from ..model.catalogue import ENGINE_VOCAB
 
         state = f"{SWITCH_ENV}={os.environ.get(SWITCH_ENV)!r}"
         start = time.perf_counter()
@@ -256,7 +257,8 @@ class VllmEngineTarget(Target):
 
     def repro_setup(self, enabled: bool) -> str:
         return (
-            "# The engine op needs vLLM and the tiny model: bi_props.engine.write_tiny_model(dir),"
+            "# The engine op needs vLLM and the tiny model:"
+            " bi_props.integrations.engine.write_tiny_model(dir),"
             "\n# then vllm.LLM(model=dir, ...) as in bi_props.targets.vllm_engine.ENGINE_KWARGS."
         )
 

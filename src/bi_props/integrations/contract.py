@@ -23,7 +23,8 @@ machine, on an unzipped wheel, a git checkout or an installed package's director
   missing file, callee or keyword is a problem (never skipped).
 
 ``check_installed()`` finds an installed vllm_ascend without importing it (for ``bi-props doctor``).
-``python -m bi_props.contract [DIR]`` prints the problems and exits 1 when there are any.
+``python -m bi_props.integrations.contract [DIR]`` prints the problems and exits 1 when there are
+any.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from .targets.ascend_routes import (
+from ..targets.ascend_routes import (
     BI_MODULE,
     CONFIG_MODULE,
     DISPATCH_KEY,
@@ -731,11 +732,13 @@ def main(argv: list[str] | None = None) -> int:
         problems = check_installed()
         where = "the installed vllm_ascend"
         if problems is None:
-            print("bi_props.contract: vllm_ascend is not installed; pass a source tree")
+            print(
+                "bi_props.integrations.contract: vllm_ascend is not installed; pass a source tree"
+            )
             return 2
     for problem in problems:
         print(problem)
-    print(f"bi_props.contract: {len(problems)} problem(s) in {where}")
+    print(f"bi_props.integrations.contract: {len(problems)} problem(s) in {where}")
     return 1 if problems else 0
 
 

@@ -80,7 +80,7 @@ class Item:
 def behaviours(lines: list[dict[str, Any]]) -> tuple[set, int | None]:
     """What a turn's coverage lines exercised: (dtype, layouts, shape bucket) keys, and the
     largest reference distance (max ULP) among them (None when no line has one)."""
-    from .reporting.data import shape_bucket
+    from ..reporting.data import shape_bucket
 
     keys = set()
     largest: int | None = None

@@ -16,8 +16,9 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
-from .catalogue import cells
-from .runner.controller import DeadlineReached
+from ..model.catalogue import cells
+from ..model.space import Space
+from ..runner.controller import DeadlineReached
 from .session import (
     FAILED_DIFFERENTLY,
     FLAKY,
@@ -28,7 +29,6 @@ from .session import (
     internal_message,
     is_final_replay,
 )
-from .space import Space
 
 SLICE_EXAMPLES = 10
 

@@ -17,7 +17,7 @@ import zlib
 from pathlib import Path
 from typing import Any
 
-from .case import Case
+from ..model.case import Case
 
 # -- the op call, as source text ----------------------------------------------------------------
 # Each op's spec (catalogue.OpSpec.repro_call) gives one expression over `args` (the tensors,
@@ -27,7 +27,7 @@ from .case import Case
 
 def call_source(case: Case) -> tuple[str, str]:
     """(definitions, expression) computing the op's output(s) from ``args`` and ``lengths``."""
-    from .catalogue import OPS
+    from ..model.catalogue import OPS
 
     spec = OPS.get(case.op)
     if spec is None or spec.repro_call is None:

@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from .case import Case
-from .catalogue import OPS
+from ..model.case import Case
+from ..model.catalogue import OPS
+from ..model.observation import Call, Observation, TensorBits
+from ..targets.base import Target
 from .materialize import batch_samples, bits, needle, operands, row_slice, to_float64
-from .observation import Call, Observation, TensorBits
-from .targets.base import Target
 
 
 def _as_tuple(result: Any) -> tuple[Any, ...]:
@@ -46,7 +46,7 @@ def run_op(
     layouts: bool = True,
 ) -> Call:
     """Call the case's entry point on the tensors of ``samples`` ([(seed, rows), ...]; default:
-    the needle alone, ``bi_props.materialize.batch_samples(case)`` for the batch) on the
+    the needle alone, ``bi_props.execution.materialize.batch_samples(case)`` for the batch) on the
     target's device, with the case's layouts (all contiguous with ``layouts=False``). The op's
     own exception is observed (``Call.raised``), never raised: for users' observers."""
     samples = needle(case) if samples is None else samples
@@ -174,7 +174,7 @@ def observe_routing(case: Case, target: Target) -> dict[str, Any]:
 def __getattr__(name: str) -> Any:
     """``OBSERVERS`` ({property: observer}), derived from the registry on each access."""
     if name == "OBSERVERS":
-        from .property_spec import PROPERTIES
+        from ..model.property_spec import PROPERTIES
 
         observers: dict[str, Callable[[Case, Target], dict[str, Any]]] = {
             prop: spec.observer for prop, spec in PROPERTIES.items()
@@ -189,7 +189,7 @@ def export(prop: str, case: Case, target: Target) -> dict[str, Any]:
 
     info = OPS[case.op]
     groups = {"alone": needle(case)}
-    from .property_spec import get
+    from ..model.property_spec import get
 
     if get(prop).batched and case.batch is not None:
         groups["batch"] = batch_samples(case)
@@ -232,7 +232,7 @@ _OBSERVATION_FIELDS = {"calls", "references", "evidence"}
 
 
 def observe(prop: str, case: Case, target: Target, switch: str) -> Observation:
-    from .property_spec import get
+    from ..model.property_spec import get
 
     observer = get(prop).observer
     start = time.perf_counter()

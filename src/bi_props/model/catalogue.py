@@ -109,7 +109,7 @@ class OpSpec:
     - ``exact_amplitude(case, acc="float32") -> int``: largest integer magnitude for the
       ``exact`` value class (0, the default: exactness is never claimed);
     - ``draw_shape(draw, ctx) -> (shape, options)``: the shape-and-option strategy (see
-      ``strategies.ShapeContext``; the built-in ops' are in ``bi_props.shapes``). Required to
+      ``strategies.ShapeContext``; the built-in ops' are in ``bi_props.model.shapes``). Required to
       explore the op;
     - ``companion_rows(ctx) -> strategy``: rows of each companion sample of a batch (default: the
       space's ``companion_rows``, tile-edge biased); ``max_companions``: a cap on their number
@@ -1143,7 +1143,7 @@ def _model_shapes(case: Case, rows: int) -> tuple[tuple[int, ...], ...]:
 
 
 def _model_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]) -> Any:
-    from .probe_model import ProbeModel, config_of, prefill_then_decode, run_batch
+    from ..execution.probe_model import ProbeModel, config_of, prefill_then_decode, run_batch
 
     tokens, weights = args
     model = ProbeModel(weights, config_of(case.shape), dict(case.opt("entries", ()) or ()))
@@ -1160,7 +1160,8 @@ def _no_reference(x: Sequence[np.ndarray], case: Case, lengths: Sequence[int], a
 # A real inference engine (vLLM's LLM on a tiny random model: the vllm-engine target)
 
 ENGINE_VOCAB = 512
-"""The tiny model's vocabulary (bi_props.engine.write_tiny_model(vocab=ENGINE_VOCAB))."""
+"""The tiny model's vocabulary
+(bi_props.integrations.engine.write_tiny_model(vocab=ENGINE_VOCAB))."""
 ENGINE_SPECIAL_TOKENS = 4
 """Token ids below this are the tokenizer's specials (unk, bos, eos, pad): prompts avoid them."""
 ENGINE_MAX_TOKENS = 24
@@ -1191,11 +1192,12 @@ def _engine_no_reference(
 
 
 # ---------------------------------------------------------------------------------------------
-# Shape strategies (bi_props.shapes, imported lazily: it imports Hypothesis) and reproducer text
+# Shape strategies (bi_props.model.shapes, imported lazily: it imports Hypothesis) and reproducer
+# text
 
 
 def _shapes(name: str) -> ShapeFn:
-    """``bi_props.shapes.<name>``, imported on the first draw (this module imports no
+    """``bi_props.model.shapes.<name>``, imported on the first draw (this module imports no
     Hypothesis)."""
 
     def draw_shape(draw: Any, ctx: Any) -> tuple[tuple[int, ...], dict[str, Any]]:
@@ -2283,7 +2285,7 @@ _ORIGINS: dict[str, str] = {}
 
 def _origin(spec: OpSpec) -> str:
     if spec.name in BUILTIN_OPS:
-        return "built into bi_props (bi_props.catalogue)"
+        return "built into bi_props (bi_props.model.catalogue)"
     return _ORIGINS.get(spec.name, "registered earlier")
 
 

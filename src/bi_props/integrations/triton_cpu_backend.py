@@ -12,7 +12,8 @@ kernels are interpreted functions that run on CPU tensors.
 The entry's driver reports itself active (as triton-cpu's does) and answers only what a launch
 under the interpreter could ask: device 0, torch device ``cpu``. It cannot compile anything:
 ``StandInCompiler`` raises if Triton ever tries (it never does under the interpreter). Installed
-in a worker before the target imports vLLM (``bi_props.triton_compat.install_from_env``).
+in a worker before the target imports vLLM
+(``bi_props.integrations.triton_compat.install_from_env``).
 """
 
 from __future__ import annotations

@@ -42,9 +42,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
-from .catalogue import controls as catalogue_controls
+from ..model.catalogue import controls as catalogue_controls
+from ..model.space import Space
+from ..runner.controller import WorkerFailure
 from .fuzz import SLICE_EXAMPLES, Cell, Interrupted, _on_sigterm, cells_for, run_slice
-from .runner.controller import WorkerFailure
 from .scheduler import Item, Scheduler
 from .session import (
     INTERNAL,
@@ -55,7 +56,6 @@ from .session import (
     routing_lines,
     target_status,
 )
-from .space import Space
 
 FINDINGS_FILE = "findings.jsonl"
 STATE_FILE = "campaign.json"
@@ -571,7 +571,7 @@ class Ledger:
         else 1 when the campaign holds a finding not marked known (or fixed and not seen again);
         else 130 when interrupted, else 3 when no enabled-state cell ran (incomplete: no
         verdict), else 0."""
-        from .reporting.data import finding_statuses
+        from ..reporting.data import finding_statuses
 
         report = report if report is not None else self.report()
         statuses = finding_statuses(report)
@@ -902,7 +902,7 @@ class Campaign:
 def summary(ledger: Ledger, log: TextIO = sys.stderr) -> None:
     """The console's last word on what ran: cells not run, unfinished controls, overrun, and
     when no enabled-state cell ran, that there is no verdict."""
-    from .reporting.data import BLIND_CONTROL, blind_controls
+    from ..reporting.data import BLIND_CONTROL, blind_controls
 
     report = ledger.report()
     cells = ledger.cells.values()
@@ -947,7 +947,7 @@ def summary(ledger: Ledger, log: TextIO = sys.stderr) -> None:
 def render_reports(out: Path, log: TextIO = sys.stderr) -> dict[str, Path]:
     """Write report.md, junit.xml and report.html from DIR; a failure here is reported, never
     allowed to change the campaign's exit status."""
-    from .reporting import write_reports
+    from ..reporting import write_reports
 
     try:
         written = write_reports(out)

@@ -17,7 +17,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from .targets import BUILTIN
+from ..targets import BUILTIN
 from .verl_switch import WATCHED
 
 PROVIDER_ENV = "BI_PROPS_SWITCH_PROVIDER"  # how the choice reaches the workers
@@ -64,7 +64,7 @@ def provide(provider: str, target: str, switch: str) -> dict[str, Any]:
     """Worker side, before the target is imported: put the switch in place; return the evidence
     of what was done (empty for ``env``). Raises TargetMissing/TargetBroken, which the worker
     turns into a hello with that status."""
-    from .targets.base import TargetBroken
+    from ..targets.base import TargetBroken
 
     problem = usage_error(provider, target)
     if problem is not None:

@@ -31,6 +31,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
+from ..model.catalogue import controls as catalogue_controls
+from ..model.space import Space
 from .campaign import (
     COVERAGE_FILE,
     DATABASE_DIR,
@@ -42,10 +44,8 @@ from .campaign import (
     render_reports,
     turn_seed,
 )
-from .catalogue import controls as catalogue_controls
 from .fuzz import SLICE_EXAMPLES, Cell, Interrupted, _on_sigterm, cells_for, run_slice
 from .session import Session
-from .space import Space
 
 SHARD_TURNS = 2  # turns of SLICE_EXAMPLES per cell shard
 MAX_REQUEUES = 3  # a shard whose actor died this often is dropped (its cell retired, logged)

@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from .case import Case
-from .catalogue import OPS
-from .compare import round_to_bits
+from ..model.case import Case
+from ..model.catalogue import OPS
+from ..model.compare import round_to_bits
 
 _SPECIALS = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0])
 

@@ -18,14 +18,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from . import execute, properties
+from ..execution import execute
+from . import properties
 
 if TYPE_CHECKING:
+    from ..targets.base import Target
     from .case import Case
     from .catalogue import OpSpec
     from .observation import Observation
     from .properties import Verdict
-    from .targets.base import Target
 
 SWITCH_STATES = ("enabled", "disabled")
 BOTH = ("both",)
@@ -177,7 +178,7 @@ _ORIGINS: dict[str, str] = {}
 
 def _origin(spec: PropertySpec) -> str:
     if spec.name in BUILTIN_PROPERTIES:
-        return "built into bi_props (bi_props.property_spec)"
+        return "built into bi_props (bi_props.model.property_spec)"
     return _ORIGINS.get(spec.name, "registered earlier")
 
 

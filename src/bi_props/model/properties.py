@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from . import switches
+from ..integrations import switches
 from .compare import compare_bits, compare_to_reference, ulp_summary
 from .observation import Call, Hello, Observation
 

@@ -18,12 +18,15 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 from hypothesis.control import current_build_context
 
-from . import property_spec, switches
-from .case import Case
-from .known import KnownFailure
-from .observation import Hello
-from .reporting.ulp import coverage_extras, reference_ulps
-from .runner.controller import (
+from ..integrations import switches
+from ..model import property_spec
+from ..model.case import Case
+from ..model.known import KnownFailure
+from ..model.observation import Hello
+from ..model.space import Space
+from ..model.strategies import cases
+from ..reporting.ulp import coverage_extras, reference_ulps
+from ..runner.controller import (
     CONFIRM_PATIENCE,
     ConfirmationCut,
     DeadlineReached,
@@ -33,8 +36,6 @@ from .runner.controller import (
     WorkerHang,
     WorkerStartFailure,
 )
-from .space import Space
-from .strategies import cases
 
 INTERNAL = "internal"  # bi_props itself failed (controller side, or InternalError in a worker)
 FLAKY = "flaky"  # a failure that did not happen again when Hypothesis replayed the same case
@@ -172,7 +173,7 @@ class Session:
     # On: a failure whose signature is settled (``settled``) lets the example pass, so the search
     # goes on for other signatures. Set by the drivers (pytest plugin, run_slice).
     skip_settled: bool = False
-    # The `switching` property's verdict (bi_props.switching), judged once at close.
+    # The `switching` property's verdict (bi_props.execution.switching), judged once at close.
     switching: dict[str, Any] = field(default_factory=dict)
     # (op, prop, switch, repr(case)) -> the signature that case failed with, until it passes again
     _failed_cases: dict[tuple, tuple] = field(default_factory=dict, repr=False)
@@ -186,7 +187,7 @@ class Session:
         printer.text(repr(self))
 
     def __post_init__(self) -> None:
-        from .targets.module import declare_ops
+        from ..targets.module import declare_ops
 
         declare_ops(self.target)  # a module target's EXTRA_OPS, before any case is drawn
         self.runner = Runner(
@@ -491,7 +492,7 @@ class Session:
 
     def write_reproducer(self, finding: Finding, case: Case) -> str | None:
         """A standalone script beside the report (``repro/``); None where none can be written."""
-        from . import repro
+        from ..reporting import repro
 
         if self.report_path is None:
             return None
@@ -542,7 +543,7 @@ class Session:
     def check_known(self) -> list[dict[str, Any]]:
         """Re-run every known failure of this target that records its case: still failing, or
         fixed? Entries without a case are marked 'listed' (judged by whether the run finds it)."""
-        from .case import parse_case
+        from ..model.case import parse_case
 
         self.known_status = []
         for k in self.known:
@@ -696,7 +697,7 @@ class Session:
     def properties(self) -> list[dict[str, Any]]:
         """The properties this run's ops are checked for, in registry order, with what each
         means: a user's property is listed in every report beside the built-in ones."""
-        from .catalogue import OPS
+        from ..model.catalogue import OPS
 
         ops = [OPS[op] for op in self.space.ops if op in OPS]
         used = {p for spec in ops for p in property_spec.properties_of(spec)}
@@ -771,7 +772,7 @@ class Session:
     def judge_switching(self) -> None:
         """The `switching` property, once: "not applicable" for one-way targets; a two-way
         switch is driven as state in a spawned interpreter, and a failure is a finding."""
-        from . import switching
+        from ..execution import switching
 
         self.switching = switching.session_verdict(self.target)
         fields = switching.finding_fields(self.target, self.switching)
