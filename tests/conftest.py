@@ -1,4 +1,11 @@
+import json
 import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
 
 pytest_plugins = ["pytester"]
 
@@ -40,3 +47,40 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         terminalreporter.section("why tests were skipped or deselected")
         for line in lines:
             terminalreporter.line(line)
+
+
+@pytest.fixture
+def clean_cpu_campaign(tmp_path: Path) -> Callable[..., dict]:
+    """``bi-props fuzz --target cpu --ops OP --strict-controls`` on a space file; asserts what an
+    op with a batch-invariant cpu kernel must show: exit 0, no finding, every one of its cells ran
+    examples (routing, reference, determinism in both states, batch_invariance enabled, parity),
+    and its negative control (stock, switch off) saw batch variance. Returns the report."""
+
+    def run(op: str, space: str, budget_s: int, seed: int) -> dict:
+        space_file = tmp_path / "space.toml"
+        space_file.write_text(space)
+        out = tmp_path / "campaign"
+        command = [sys.executable, "-m", "bi_props.cli", "fuzz", "--target", "cpu", "--ops", op,
+                   "--budget", str(budget_s), "--out", str(out), "--strategies", str(space_file),
+                   "--seed", str(seed), "--strict-controls"]  # fmt: skip
+        proc = subprocess.run(command, capture_output=True, text=True, timeout=budget_s * 10)
+        report = json.loads((out / "report.json").read_text())
+        assert proc.returncode == 0, (
+            report.get("findings"),
+            proc.stdout[-3000:],
+            proc.stderr[-3000:],
+        )
+        assert report["findings"] == []
+        ran = {(c["op"], c["property"], c["switch"]) for c in report["cells"] if c["examples"]}
+        want = {
+            (op, prop, switch)
+            for prop in ("routing", "reference", "determinism")
+            for switch in ("enabled", "disabled")
+        } | {(op, "batch_invariance", "enabled"), (op, "parity", "both")}
+        assert ran == want, ran ^ want
+        controls = [c for c in report["controls"] if c["op"] == op]
+        assert controls and all(c["variance_seen"] for c in controls), controls
+        assert [c["property"] for c in controls] == ["batch_invariance"], controls
+        return report
+
+    return run

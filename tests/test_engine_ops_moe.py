@@ -11,7 +11,6 @@ every property in both switch states with no finding.
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from pathlib import Path
@@ -358,29 +357,11 @@ companion_rows = { min = 1, max = 48 }
 
 
 @pytest.mark.slow
-def test_every_property_holds_on_the_cpu_target_in_both_switch_states(tmp_path: Path) -> None:
+def test_every_property_holds_on_the_cpu_target_in_both_switch_states(clean_cpu_campaign) -> None:
     """``bi-props fuzz --ops fused_moe`` on the cpu target: routing, reference, batch
     invariance, determinism (enabled and disabled) and parity all run examples with no finding,
     and the negative control (stock, switch off) sees batch variance."""
-    space = tmp_path / "space.toml"
-    space.write_text(CAMPAIGN_SPACE)
-    out = tmp_path / "campaign"
-    command = [sys.executable, "-m", "bi_props.cli", "fuzz", "--target", "cpu", "--ops", OP,
-               "--budget", "60", "--out", str(out), "--strategies", str(space), "--seed", "11",
-               "--strict-controls"]  # fmt: skip
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=600)
-    report = json.loads((out / "report.json").read_text())
-    assert proc.returncode == 0, (report.get("findings"), proc.stdout[-3000:], proc.stderr[-3000:])
-    assert report["findings"] == []
-    ran = {(c["op"], c["property"], c["switch"]) for c in report["cells"] if c["examples"]}
-    want = {
-        (OP, prop, switch)
-        for prop in ("routing", "reference", "determinism")
-        for switch in ("enabled", "disabled")
-    } | {(OP, "batch_invariance", "enabled"), (OP, "parity", "both")}
-    assert want <= ran, want - ran
-    controls = [c for c in report["controls"] if c["op"] == OP]
-    assert controls and all(c["variance_seen"] for c in controls), controls
+    clean_cpu_campaign(OP, CAMPAIGN_SPACE, budget_s=60, seed=11)
 
 
 def test_the_op_is_defined_by_one_spec() -> None:
