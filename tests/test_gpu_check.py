@@ -1,25 +1,41 @@
-"""scripts/gpu_check.sh without a GPU: its syntax, argument handling and the plan of its parts.
-It is run for real (on CPU, ``--interpret``) by hand; on a GPU by whoever has one (README)."""
+"""scripts/gpu_check.sh without a GPU or triton: syntax, arguments, the plan and its time budget,
+``--check``, the part runner's hard limit (kills the part's group and the workers that left it
+in sessions of their own) and the summary. The script runs end to end on CPU under Triton's
+interpreter in the Triton lane (tests/triton_lane/lane_gpu_check.py)."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
+import sys
+import textwrap
+import time
 from pathlib import Path
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "gpu_check.sh"
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "scripts" / "gpu_check.sh"
+PARTS = REPO / "scripts" / "gpu_check_parts"
 
 
-def _run(*args: str, **env: str) -> subprocess.CompletedProcess:
+def _run(*args: str, timeout: float = 60, **env: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         ["bash", str(SCRIPT), *args],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=timeout,
         env={**os.environ, **env},
     )
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
 
 
 def test_syntax():
@@ -27,10 +43,11 @@ def test_syntax():
     assert proc.returncode == 0, proc.stderr
 
 
-def test_help_describes_the_parts():
+def test_help_states_what_must_be_installed_and_the_parts():
     proc = _run("--help")
     assert proc.returncode == 0, proc.stderr
-    for word in ("OUT_DIR", "--wheels", "controls", "sglang", "vllm", "--interpret"):
+    words = ("OUT_DIR", "--wheels", "--check", "controls", "sglang", "vllm", "--interpret")
+    for word in (*words, "numpy", "hypothesis", "pytest", "torch", "triton", "optional", "TF32"):
         assert word in proc.stdout, word
 
 
@@ -51,27 +68,215 @@ def test_bad_arguments_exit_2_with_one_line(args, message):
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 
 
-def test_bad_interpret_variable_is_refused():
+def test_bad_variables_are_refused():
     proc = _run("out", "--plan", BI_PROPS_GPU_CHECK_INTERPRET="yes")
     assert proc.returncode == 2 and "must be 0 or 1" in proc.stderr, proc.stderr
+    proc = _run("out", "--plan", BI_PROPS_GPU_CHECK_TOTAL_S="7m")
+    assert proc.returncode == 2 and "whole number of seconds" in proc.stderr, proc.stderr
 
 
-def test_plan_on_a_gpu_lists_three_timed_parts_writing_into_out(tmp_path):
-    proc = _run(str(tmp_path / "out"), "--plan", BI_PROPS_GPU_CHECK_INTERPRET="0")
+def _plan(tmp_path: Path, *args: str, **env: str) -> list[tuple[str, int, str]]:
+    proc = _run(str(tmp_path / "out"), "--plan", *args, **env)
     assert proc.returncode == 0, proc.stderr
-    lines = [ln.strip() for ln in proc.stdout.splitlines()[1:]]
-    assert [ln.split()[0] for ln in lines] == ["controls", "sglang", "vllm"], proc.stdout
-    for line, part in zip(lines, ("controls", "sglang", "vllm"), strict=True):
-        assert "timeout 140 " in line, line
+    rows = []
+    for line in proc.stdout.splitlines()[1:]:
+        part, _, rest = line.strip().partition(" ")
+        limit = int(rest.split("limit ", 1)[1].split(" s:", 1)[0])
+        rows.append((part, limit, rest))
+    return rows
+
+
+def test_gpu_plan_fits_eight_minutes_with_margin(tmp_path):
+    rows = _plan(tmp_path, BI_PROPS_GPU_CHECK_INTERPRET="0")
+    assert [r[0] for r in rows] == ["controls", "sglang", "vllm"]
+    grace = 5 + 1  # run_part.py: TERM, 5 s, KILL
+    assert sum(limit + grace for _, limit, _ in rows) + 15 <= 420 < 480  # 15 s: --check, wheels
+    for part, _, line in rows:
         assert f"{tmp_path}/out/{part}/report.json" in line, line
-    assert "--hypothesis-profile=cuda" in lines[0] and "test_batch_variance_control" in lines[0]
-    assert "gpu-check.toml" in lines[1] and "--bi-target vllm" in lines[2]
+    controls, sglang, vllm = (r[2] for r in rows)
+    # stock controls need only torch: no SGLang, no vLLM, not the `cuda` profile's 300 examples
+    assert "--bi-target gpu_check_stock" in controls and "test_batch_variance_control" in controls
+    assert "gpu-check-controls.toml" in controls and "--hypothesis-profile" not in controls
+    assert "gpu-check.toml" in sglang and "--bi-target sglang" in sglang
+    assert "--bi-target vllm" in vllm
     assert not (tmp_path / "out").exists(), "--plan must not create anything"
 
 
-def test_interpret_plan_uses_the_tiny_space(tmp_path):
-    proc = _run(str(tmp_path), "--plan", "--interpret")
-    assert proc.returncode == 0, proc.stderr
-    assert "interpret=1" in proc.stdout
-    assert proc.stdout.count("gpu-check-interpret.toml") == 3, proc.stdout
-    assert "--hypothesis-profile=cuda" not in proc.stdout
+def test_total_cap_is_stated_in_the_plan(tmp_path):
+    proc = _run(str(tmp_path), "--plan", BI_PROPS_GPU_CHECK_INTERPRET="0")
+    assert "at most 420 s in all" in proc.stdout, proc.stdout
+
+
+def test_interpret_plan_uses_the_tiny_space_and_a_planted_hang_first(tmp_path):
+    rows = _plan(tmp_path, "--interpret", BI_PROPS_GPU_CHECK_PLANT_HANG="20")
+    assert [r[0] for r in rows] == ["hang", "controls", "sglang", "vllm"]
+    assert rows[0][1] == 20 and "--bi-target planted_hang" in rows[0][2]
+    assert "hang_case.toml" in rows[0][2]
+    assert all("gpu-check-interpret.toml" in r[2] for r in rows)
+
+
+def test_spaces_fit_their_parts():
+    from bi_props.model.space import load
+
+    for name, part_s in (("gpu-check-controls", 75), ("gpu-check", 120)):
+        space = load(REPO / "strategies" / f"{name}.toml")
+        assert space.start_timeout_s < part_s and space.example_timeout_s < part_s, name
+        assert space.database == "none" and space.derandomize, name
+    controls = load(REPO / "strategies" / "gpu-check-controls.toml")
+    assert controls.control_examples <= 50 and controls.rows.max <= 1024
+    space = load(REPO / "strategies" / "gpu-check.toml")
+    assert {"bmm", "rms_norm", "mean", "log_softmax"} <= set(space.ops)
+    assert space.dim.max > 128 and space.dim_for("log_softmax").max > 1024
+
+
+def test_check_lists_what_a_gpu_machine_must_have():
+    t0 = time.monotonic()
+    proc = _run("--check", BI_PROPS_GPU_CHECK_INTERPRET="0")
+    seconds = time.monotonic() - t0
+    assert seconds < 45, seconds
+    names = [ln.split()[1] for ln in proc.stdout.splitlines()[1:-1]]
+    for name in ("python", "numpy", "hypothesis", "pytest", "torch", "torch-cuda", "triton",
+                 "triton-driver", "bi_props", "sglang", "vllm"):  # fmt: skip
+        assert name in names, (name, proc.stdout)
+    vllm = next(ln for ln in proc.stdout.splitlines() if ln.split()[1:2] == ["vllm"])
+    assert vllm.split()[0] in ("ok", "optional"), vllm  # never a reason to fail
+    if "MISSING" in proc.stdout:  # e.g. this machine: no CUDA
+        assert proc.returncode == 2 and proc.stdout.splitlines()[-1].startswith("MISSING: ")
+    else:
+        assert proc.returncode == 0
+
+
+def _runner(tmp_path: Path, limit: float, code: str) -> tuple[subprocess.CompletedProcess, dict]:
+    part = tmp_path / "part"
+    proc = subprocess.run(
+        [sys.executable, str(PARTS / "run_part.py"), str(part), str(limit), "--",
+         sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    return proc, json.loads((part / "part.json").read_text())
+
+
+HANGS_WITH_A_WORKER = """
+    import os, subprocess, sys, time
+    # like bi_props' controller: the worker in a session of its own, out of timeout's reach
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                             start_new_session=True)
+    open("pids", "w").write(f"{os.getpid()} {child.pid}")
+    print("TMPDIR", os.environ["TMPDIR"], "HYP", os.environ["HYPOTHESIS_STORAGE_DIRECTORY"],
+          flush=True)
+    time.sleep(600)
+"""
+
+
+def test_a_hanging_part_is_killed_with_the_workers_it_started(tmp_path):
+    proc, record = _runner(tmp_path, 3, HANGS_WITH_A_WORKER)
+    assert proc.returncode == 124 and record["timed_out"] is True, (proc, record)
+    leader, child = (int(p) for p in (tmp_path / "part" / "pids").read_text().split())
+    assert child in record["killed"] and leader in record["killed"], record
+    assert record["survivors"] == []
+    time.sleep(0.5)
+    assert not _alive(child) and not _alive(leader)
+    log = (tmp_path / "part" / "log").read_text()
+    assert f"TMPDIR {tmp_path / 'part' / 'tmp'}" in log  # worker logs stay in the part's folder
+    assert f"HYP {tmp_path / 'part' / 'hypothesis'}" in log
+    assert "part cut after 3 s" in log
+
+
+def test_a_part_that_ends_keeps_its_exit_code_and_leaves_nothing(tmp_path):
+    proc, record = _runner(tmp_path, 60, "import sys; sys.exit(1)")
+    assert proc.returncode == 1 and record["exit"] == 1 and record["timed_out"] is False
+    assert record["killed"] == [] and record["survivors"] == []
+
+
+def test_workers_left_behind_by_a_part_that_ended_are_killed(tmp_path):
+    code = """
+        import subprocess, sys
+        child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                                 start_new_session=True)
+        open("pids", "w").write(str(child.pid))
+    """
+    proc, record = _runner(tmp_path, 60, code)
+    child = int((tmp_path / "part" / "pids").read_text())
+    assert proc.returncode == 0 and child in record["killed"] and record["survivors"] == []
+    time.sleep(0.5)
+    assert not _alive(child)
+
+
+def _write_part(out: Path, part: str, record: dict | None = None, report: dict | None = None,
+                log: str = "", missing: str | None = None) -> None:  # fmt: skip
+    folder = out / part
+    folder.mkdir(parents=True)
+    if missing is not None:
+        (folder / "missing").write_text(missing)
+    if record is not None:
+        base = {"limit_s": 100, "seconds": 10, "exit": 0, "timed_out": False, "killed": [],
+                "survivors": []}  # fmt: skip
+        (folder / "part.json").write_text(json.dumps({**base, **record}))
+    if report is not None:
+        (folder / "report.json").write_text(json.dumps(report))
+    (folder / "log").write_text(log)
+
+
+def _summarize(out: Path, *parts: str) -> tuple[int, str]:
+    proc = subprocess.run(
+        [sys.executable, str(PARTS / "summarize.py"), str(out), "42", "0", *parts],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert (out / "summary.md").read_text().strip() == proc.stdout.strip()
+    return proc.returncode, proc.stdout
+
+
+def test_summary_of_a_cut_part_says_what_it_finished_and_where_it_was(tmp_path):
+    log = (
+        "x.py::test_property[mm-batch_invariance-enabled] PASSED [ 10%]\n"
+        "x.py::test_property[mm-reference-enabled] FAILED [ 20%]\n"
+        "x.py::test_property[bmm-batch_invariance-enabled] \n"
+    )
+    _write_part(tmp_path, "sglang", {"exit": 124, "timed_out": True, "killed": [7, 8]}, log=log)
+    _write_part(tmp_path, "controls", {"exit": 0}, {"examples": 40, "findings": [],
+                "controls": [{"op": "mm", "variance_seen": True}]})  # fmt: skip
+    _write_part(tmp_path, "vllm", missing="optional: vllm: not importable")
+    code, text = _summarize(tmp_path, "controls", "sglang", "vllm")
+    assert code == 2, text
+    assert "| controls | ran, passed | 0 | 10 of 100 | 40 | 0 | mm |" in text
+    assert "| sglang | CUT after 100 s |" in text
+    assert (
+        "2 tests finished (1 passed), running: test_property[bmm-batch_invariance-enabled]" in text
+    )
+    assert "FAILED: test_property[mm-reference-enabled]" in text
+    assert "killed (group and workers): [7, 8]" in text
+    assert "| vllm | SKIPPED (optional): vllm: not importable |" in text
+
+
+def test_summary_status_findings_survivors_and_missing(tmp_path):
+    _write_part(tmp_path, "controls", {"exit": 0}, {"examples": 3, "findings": [], "controls": []})
+    _write_part(tmp_path, "sglang", {"exit": 1}, {"examples": 3, "controls": [], "findings": [
+        {"op": "addmm", "property": "reference", "switch": "enabled", "kind": "error",
+         "message": "AssertionError: bias\nmore"}]})  # fmt: skip
+    assert _summarize(tmp_path, "controls", "sglang")[0] == 1
+    _write_part(tmp_path, "hang", {"exit": 124, "timed_out": True})
+    code, text = _summarize(tmp_path, "hang", "controls", "sglang")
+    assert code == 1 and "cut as planted" in text, text  # the planted hang is expected
+    assert "finding: addmm reference [enabled] error: AssertionError: bias" in text
+    _write_part(tmp_path, "vllm", {"exit": 0, "survivors": [99]}, {"examples": 1, "findings": []})
+    code, text = _summarize(tmp_path, "controls", "vllm")
+    assert code == 2 and "SURVIVING PROCESSES [99]" in text
+    _write_part(tmp_path, "other", missing="sglang: not importable")
+    assert _summarize(tmp_path, "controls", "other")[0] == 2
+
+
+def test_largest_shapes_per_op_from_examples(tmp_path):
+    sys.path.insert(0, str(PARTS))
+    from summarize import largest_shapes
+
+    lines = [
+        {"op": "mm", "shape": [3, 200, 17], "batch_rows": 70},
+        {"op": "mm", "shape": [9, 20, 300], "batch_rows": None},
+        {"op": "bmm", "shape": [2, 5, 140, 130]},
+    ]
+    path = tmp_path / "examples.jsonl"
+    path.write_text("".join(json.dumps(x) + "\n" for x in lines) + "not json\n")
+    assert largest_shapes(path) == {
+        "mm": {"M": 9, "K": 200, "N": 300, "batch_rows": 70},
+        "bmm": {"B": 2, "M": 5, "K": 140, "N": 130},
+    }

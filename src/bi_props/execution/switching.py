@@ -8,8 +8,11 @@ the context. The model says what state should hold after each step: a context re
 (with or without an exception), the state that held when it was entered. After every step the
 invariant compares the model with the process:
 
-- dispatcher evidence: is the CPU kernel of ``aten::mm`` still the stock one
-  (``torch._C._dispatch_dump``), and does the library's own flag agree;
+- dispatcher evidence: is every aten registration the switch makes (``switch_surface``: recorded
+  from ``torch.library.Library.impl`` during one enable; SGLang's mm, mm.out, addmm, _log_softmax,
+  mean.dim, rms_norm, mm.dtype, bmm) still the stock kernel (``torch._C._dispatch_dump``), is
+  every Python function it swaps (``torch.bmm``, anything in ``torch``, ``torch.nn.functional``,
+  ``torch.Tensor``) still the stock one, and does the library's own flag agree;
 - a batch-invariance check of a cheap op: with the switch expected on, a needle's rows of
   ``torch.mm`` alone equal the same rows inside a batch, bitwise.
 
@@ -63,6 +66,51 @@ def load_switch(target: str) -> Any:
     return module
 
 
+def switch_surface(module: Any) -> tuple[dict[str, str], dict[tuple[str, str], Any]]:
+    """What turning the switch on changes, from one enable between two disables: every aten
+    registration (qualified name -> its stock ``_dispatch_dump``, read just before the library
+    registers it) and every swapped function of ``torch``, ``torch.nn.functional`` and
+    ``torch.Tensor`` ((owner, name) -> its stock value). Falls back to ``aten::mm`` when no
+    registration went through ``torch.library.Library.impl``. Leaves the switch off."""
+    import torch
+
+    owners = _swap_owners()
+    module.disable_batch_invariant_mode()
+    before = {
+        (name, attr): value for name, owner in owners.items() for attr, value in vars(owner).items()
+    }
+    stock: dict[str, str] = {}
+    original = torch.library.Library.impl
+
+    def impl(self, op_name, *args, **kwargs):
+        name = op_name if "::" in str(op_name) else f"{self.ns}::{op_name}"
+        stock.setdefault(name, torch._C._dispatch_dump(name))
+        return original(self, op_name, *args, **kwargs)
+
+    torch.library.Library.impl = impl
+    try:
+        module.enable_batch_invariant_mode()
+    finally:
+        torch.library.Library.impl = original
+    swapped = {
+        key: value for key, value in before.items() if vars(owners[key[0]]).get(key[1]) is not value
+    }
+    module.disable_batch_invariant_mode()
+    if not stock:
+        stock["aten::mm"] = torch._C._dispatch_dump("aten::mm")
+    return stock, swapped
+
+
+def _swap_owners() -> dict[str, Any]:
+    import torch
+
+    return {
+        "torch": torch,
+        "torch.nn.functional": torch.nn.functional,
+        "torch.Tensor": torch.Tensor,
+    }
+
+
 def run_machine(module: Any, max_examples: int = 30, seed: int = 0) -> dict[str, Any]:
     """Run the state machine against ``module`` in this process; the verdict as a dict."""
     import torch
@@ -70,7 +118,8 @@ def run_machine(module: Any, max_examples: int = 30, seed: int = 0) -> dict[str,
     from hypothesis import strategies as st
     from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-    stock = torch._C._dispatch_dump("aten::mm")
+    stock, swapped = switch_surface(module)
+    owners = _swap_owners()
     g = torch.Generator().manual_seed(seed)
     needle = torch.randn(3, 67, generator=g)
     batch = torch.cat([needle, torch.randn(61, 67, generator=g)])
@@ -126,12 +175,24 @@ def run_machine(module: Any, max_examples: int = 30, seed: int = 0) -> dict[str,
 
         @invariant()
         def state_matches_model(self) -> None:
-            registered = torch._C._dispatch_dump("aten::mm") != stock
+            overridden = [n for n, dump in stock.items() if torch._C._dispatch_dump(n) != dump]
+            replaced = [
+                f"{o}.{a}" for (o, a), v in swapped.items() if vars(owners[o]).get(a) is not v
+            ]
+            registered = bool(overridden)
             flag = getattr(module, "is_batch_invariant_mode_enabled", lambda: registered)()
             expected = "on" if self.on else "off"
-            assert registered == self.on, (
-                f"switch state: the model expects {expected}, but aten::mm's CPU kernel is "
-                f"{'a registered override' if registered else 'the stock one'}"
+            key = next(iter(stock))
+            if self.on:
+                wrong = [n for n in stock if n not in overridden]
+                wrong += [f"{o}.{a}" for o, a in swapped if f"{o}.{a}" not in replaced]
+            else:
+                wrong = overridden + replaced
+            assert not wrong, (
+                f"switch state: the model expects {expected}, but "
+                + (f"{key}'s CPU kernel is " if wrong[0] == key else f"{wrong[0]} is ")
+                + ("the stock one" if self.on else "a registered override")
+                + (f" (and {len(wrong) - 1} more: {', '.join(wrong[1:])})" if wrong[1:] else "")
             )
             assert bool(flag) == self.on, (
                 f"switch state: the model expects {expected}, but "
@@ -162,14 +223,16 @@ def run_machine(module: Any, max_examples: int = 30, seed: int = 0) -> dict[str,
         suppress_health_check=list(HealthCheck),
         print_blob=False,
     )
+    # What the invariant compared: every registration and swapped function (the report shows it).
+    compared = [*stock, *(f"{o}.{a}" for o, a in swapped)]
     try:
         Switching.TestCase("runTest").runTest()
     except AssertionError as exc:  # Hypothesis attaches the minimal steps as notes
         notes = [n for n in getattr(exc, "__notes__", []) if n.strip()]
-        return {"ok": False, "message": "\n".join([str(exc), *notes])}
+        return {"ok": False, "message": "\n".join([str(exc), *notes]), "compared": compared}
     except Exception as exc:  # e.g. state that leaked past disable() makes replays differ
-        return {"ok": False, "message": f"the state machine failed: {exc!r}"}
-    return {"ok": True, "message": ""}
+        return {"ok": False, "message": f"the state machine failed: {exc!r}", "compared": compared}
+    return {"ok": True, "message": "", "compared": compared}
 
 
 def judge(target: str, max_examples: int = 30, timeout_s: float = 900) -> dict[str, Any]:
