@@ -280,3 +280,29 @@ def test_largest_shapes_per_op_from_examples(tmp_path):
         "mm": {"M": 9, "K": 200, "N": 300, "batch_rows": 70},
         "bmm": {"B": 2, "M": 5, "K": 140, "N": 130},
     }
+
+
+def test_sglang_declares_tf32_for_its_tl_dot_ops_on_a_gpu_only(monkeypatch):
+    """SGLang calls tl.dot without input_precision: fp32 is TF32 on NVIDIA. The target declares
+    the looser precision there (so `reference` judges TF32 honestly), not under the interpreter."""
+    import types
+
+    from bi_props.targets.sglang import TF32_DECLARED, TF32_OPS, SglangTarget
+
+    target = SglangTarget()
+    target.module = types.SimpleNamespace(
+        is_batch_invariant_mode_enabled=lambda: True, __file__="/nonexistent/bio.py"
+    )
+    monkeypatch.delenv("TRITON_F32_DEFAULT", raising=False)
+    target.device = "cuda"
+    assert {op: target.precision(op) for op in TF32_OPS} == dict.fromkeys(TF32_OPS, TF32_DECLARED)
+    assert target.precision("log_softmax") == "float32"
+    assert "TF32" in target.environment()["sglang_tl_dot_precision"]
+    monkeypatch.setenv("TRITON_F32_DEFAULT", "ieee")
+    assert target.precision("mm") == "float32"
+    monkeypatch.delenv("TRITON_F32_DEFAULT")
+    target.device = "cpu"  # the interpreter: tl.dot is fp32
+    assert target.precision("mm") == "float32"
+    target.module.is_batch_invariant_mode_enabled = lambda: False
+    target.device = "cuda"
+    assert target.precision("mm") != TF32_DECLARED  # switch off: stock cuBLAS' declaration

@@ -44,7 +44,10 @@ def largest_shapes(examples: Path) -> dict[str, dict[str, int]]:
         except ValueError:
             continue
         op, shape = row.get("op"), row.get("shape") or []
-        names = AXES.get(op, tuple(f"d{i}" for i in range(len(shape))))
+        names = AXES.get(op, ())
+        if len(names) == 3 and len(shape) == 4:  # matmul/linear 3-D forms: (rows, batch, K, N)
+            names = ("M", "B", "K", "N")
+        names = names or tuple(f"d{i}" for i in range(len(shape)))
         entry = out.setdefault(op, {})
         for name, value in zip(names, shape, strict=False):
             entry[name] = max(entry.get(name, 0), int(value))

@@ -50,6 +50,22 @@ def _arange_kernel(out_ptr, N: tl.constexpr):
     tl.store(out_ptr + offs, offs)
 
 
+@triton.jit
+def _row_sums_kernel(x_ptr, out_ptr, R, K: tl.constexpr, BLOCK_R: tl.constexpr):
+    """Row sums of a row-major (R, K) matrix, BLOCK_R rows per program, reduced along axis 0 of a
+    (K, BLOCK_R) tile (the rows as columns): a kernel whose BLOCK_R follows R."""
+    rows = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)
+    ks = tl.arange(0, K)
+    tile = tl.load(x_ptr + rows[None, :] * K + ks[:, None], mask=rows[None, :] < R, other=0.0)
+    tl.store(out_ptr + rows, tl.sum(tile, axis=0), mask=rows < R)
+
+
+def _row_sums(x: torch.Tensor, block_r: int) -> torch.Tensor:
+    out = torch.empty(x.shape[0], dtype=x.dtype)
+    _row_sums_kernel[(triton.cdiv(x.shape[0], block_r),)](x, out, x.shape[0], x.shape[1], block_r)
+    return out
+
+
 def _bf16_operands():
     g = torch.Generator().manual_seed(0)
     a = torch.randn(16, 32, generator=g).bfloat16()
@@ -113,6 +129,37 @@ def test_ordered_dot_makes_a_row_independent_of_block_m():
         assert torch.equal(alone, inside[:rows]), rows
     # a BLOCK_K change is a real change of the reduction order and stays visible
     assert not torch.equal(launch(a, b, 16, 16), launch(a, b, 16, 32))
+
+
+def test_ordered_dot_is_needed_where_block_m_follows_m():
+    """Without ordered_dot the interpreter's tl.dot is numpy.matmul, i.e. BLAS: a 1-row operand
+    takes the gemv path, a 16-row one gemm, and the same row comes out different (OpenBLAS
+    0.3.x on x86-64). A kernel whose BLOCK_M follows M (1 row alone, 16 in a batch) would show
+    batch variance no GPU shows. With the patch the row's k-sum order is fixed by K alone."""
+    g = torch.Generator().manual_seed(2)
+    a = torch.randn(16, 128, generator=g)
+    b = torch.randn(128, 16, generator=g)
+    alone, inside = launch(a[:1], b, 1, 64), launch(a, b, 16, 64)[:1]
+    assert not torch.equal(alone, inside), (
+        "numpy.matmul is row-count independent here: drop ordered_dot?"
+    )
+    tc.apply(["ordered_dot"])
+    assert torch.equal(launch(a[:1], b, 1, 64), launch(a, b, 16, 64)[:1])
+
+
+def test_ordered_sum_is_needed_where_block_r_follows_r():
+    """Without ordered_sum the interpreter's tl.sum is numpy.sum on the tile as laid out: along
+    axis 0 of a (K, 1) tile numpy sums pairwise, of a (K, 16) tile one row after another, so a
+    row's sum depends on how many rows share its tile. With the patch the reduction runs along a
+    contiguous copy of the axis: one order per K."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(16, 1024, generator=g)
+    assert not torch.equal(_row_sums(x[:1], 1), _row_sums(x, 16)[:1]), (
+        "numpy.sum is layout independent here: drop ordered_sum?"
+    )
+    tc.apply(["ordered_sum"])
+    assert torch.equal(_row_sums(x[:1], 1), _row_sums(x, 16)[:1])
+    assert torch.equal(_row_sums(x, 1), _row_sums(x, 16))
 
 
 def test_relaxed_block_shape_only_when_asked():

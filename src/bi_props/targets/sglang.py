@@ -63,6 +63,14 @@ CLAIM_OPS: dict[str, tuple[str, ...]] = {
     "mean": ("aten::mean.dim",),
     "rms_norm": ("aten::rms_norm",),
 }
+# Ops whose SGLang kernels reduce with tl.dot, which SGLang calls without input_precision: on an
+# NVIDIA GPU fp32 operands are then rounded to TF32 (10 explicit mantissa bits, float16's) and the
+# products accumulated in fp32. bi_props has no TF32 precision; "float16" is the declared
+# precision at least as loose (10-bit rounding, a 16-bit bound), so `reference` judges TF32
+# honestly instead of against a float32 bound it never promised. Under the interpreter tl.dot is
+# fp32 (numpy): the default ("float32") stays.
+TF32_OPS = ("mm", "matmul", "linear", "addmm", "bmm")
+TF32_DECLARED = "float16"
 INSTALL_HINT = (
     "Install triton and SGLang's wheel without its dependencies (pip install triton==3.9.0 && "
     "pip install --no-deps sglang==0.5.23; scripts/ci_triton_lane.sh does this) and run with "
@@ -241,6 +249,17 @@ class SglangTarget(Target):
     def active(self) -> bool:
         return bool(self.module.is_batch_invariant_mode_enabled())
 
+    def tf32(self) -> bool:
+        """Whether fp32 tl.dot runs as TF32 here: on an NVIDIA GPU unless TRITON_F32_DEFAULT says
+        otherwise ("ieee"); never under the interpreter."""
+        return self.device == "cuda" and os.environ.get("TRITON_F32_DEFAULT", "tf32") != "ieee"
+
+    def precision(self, op: str) -> str:
+        declared = super().precision(op)
+        if declared == "float32" and op in TF32_OPS and self.active() and self.tf32():
+            return TF32_DECLARED
+        return declared
+
     def registered(self) -> list[str]:
         """The aten ops whose CPU kernel is SGLang's now (dispatcher evidence)."""
         return [name for name in REGISTERS if self.kernel_is_sglang(name)]
@@ -268,4 +287,10 @@ class SglangTarget(Target):
             "is_npu() -> False"
         )
         env["sglang_registered"] = ", ".join(self.registered()) or "(none)"
+        env["sglang_tl_dot_precision"] = (
+            f"TF32 (tl.dot without input_precision on NVIDIA): {', '.join(TF32_OPS)} declared "
+            f"{TF32_DECLARED!r}"
+            if self.tf32()
+            else "float32 (interpreter or TRITON_F32_DEFAULT=ieee)"
+        )
         return env
