@@ -1,11 +1,12 @@
 """Run one part of scripts/gpu_check.sh with a hard time limit that kills all of it.
 
-    python3 scripts/gpu_check_part.py PART_DIR LIMIT_S -- COMMAND...
+    python3 scripts/gpu_check_parts/run_part.py [--here] [--tee] PART_DIR LIMIT_S -- COMMAND...
 
 The command runs in its own session (so its process group is one signal away) with the part's
 marker ``BI_PROPS_GPU_CHECK_PART=<PART_DIR>:<random>`` in its environment, its temporary files
 (bi_props' worker logs) in ``PART_DIR/tmp`` and Hypothesis' data in ``PART_DIR/hypothesis``;
-its stdout and stderr go to ``PART_DIR/log``. bi_props' controller starts every worker with
+its stdout and stderr go to ``PART_DIR/log`` (``--tee``: and to this stdout); it runs in
+``PART_DIR`` (``--here``: in the current folder). bi_props' controller starts every worker with
 ``start_new_session=True``, so killing the part's group does not reach them: after the group,
 every process whose environment carries the marker (read from ``/proc/*/environ``) is killed
 too, each with its own process group, until none is left. ``PART_DIR/part.json`` records the
@@ -23,6 +24,7 @@ import secrets
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -83,7 +85,18 @@ def kill_tree(leader: subprocess.Popen, marker: str, grace_s: float = GRACE_S) -
     return sorted(killed)
 
 
-def run(part_dir: Path, limit_s: float, command: list[str]) -> int:
+def _copy(source, log, echo: bool) -> None:
+    for chunk in iter(lambda: source.read1(65536), b""):
+        log.write(chunk)
+        log.flush()
+        if echo:
+            sys.stdout.buffer.write(chunk)
+            sys.stdout.buffer.flush()
+
+
+def run(
+    part_dir: Path, limit_s: float, command: list[str], here: bool = False, tee: bool = False
+) -> int:
     part_dir.mkdir(parents=True, exist_ok=True)
     for sub in ("tmp", "hypothesis"):
         (part_dir / sub).mkdir(exist_ok=True)
@@ -95,9 +108,11 @@ def run(part_dir: Path, limit_s: float, command: list[str]) -> int:
     started = time.monotonic()
     with open(part_dir / "log", "ab") as log:
         leader = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=env, cwd=str(part_dir), start_new_session=True,
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=env, cwd=None if here else str(part_dir), start_new_session=True,
         )  # fmt: skip
+        copier = threading.Thread(target=_copy, args=(leader.stdout, log, tee), daemon=True)
+        copier.start()
         try:
             code = leader.wait(timeout=limit_s)
             timed_out = False
@@ -106,8 +121,11 @@ def run(part_dir: Path, limit_s: float, command: list[str]) -> int:
         killed: list[int] = []
         if timed_out or marked(marker):  # cut, or it left workers behind: kill all of it
             killed = kill_tree(leader, marker)
+        copier.join(timeout=10)  # a killed tree closes the pipe; a worker holding it is dead too
         if timed_out:
             code = 124
+            if tee:
+                print(f"gpu_check: part cut after {limit_s:g} s; killed {killed}", flush=True)
             log.write(f"\ngpu_check: part cut after {limit_s:g} s; killed {killed}\n".encode())
     survivors = marked(marker)
     record = {
@@ -125,10 +143,13 @@ def run(part_dir: Path, limit_s: float, command: list[str]) -> int:
 
 
 def main(argv: list[str]) -> int:
+    flags = {"--here": False, "--tee": False}
+    while argv and argv[0] in flags:
+        flags[argv.pop(0)] = True
     if len(argv) < 4 or argv[2] != "--":
-        print(__doc__.splitlines()[2].strip(), file=sys.stderr)
+        print("usage: " + __doc__.splitlines()[2].strip(), file=sys.stderr)
         return 2
-    return run(Path(argv[0]).resolve(), float(argv[1]), argv[3:])
+    return run(Path(argv[0]).resolve(), float(argv[1]), argv[3:], flags["--here"], flags["--tee"])
 
 
 if __name__ == "__main__":
