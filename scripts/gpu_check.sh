@@ -5,7 +5,7 @@
 #   scripts/gpu_check.sh --check [--wheels DIR] [--interpret]
 #
 # What must be installed in $PYTHON (default python3; `--check` says in seconds what is missing):
-#   required  Linux (/proc), Python >= 3.10, torch (a CUDA build that sees the GPU), triton (the
+#   required  Linux (/proc), Python >= 3.10 (3.10: with tomli), torch (a CUDA build that sees the GPU), triton (the
 #             one torch brought, with a working CUDA driver), numpy >= 1.24, hypothesis >= 6.100,
 #             pytest >= 7.4; bi_props is used from this checkout (src/) when not installed
 #   sglang    SGLang's wheel (sglang-0.5.23-py3-none-any.whl), installed or in --wheels DIR; only

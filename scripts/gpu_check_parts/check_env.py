@@ -32,6 +32,12 @@ PROBES: dict[str, tuple[str, tuple[str, ...], str]] = {
         ("controls", "sglang", "vllm", "hang"),
         "Python >= 3.10",
     ),
+    "tomllib": (
+        "try:\n    import tomllib\nexcept ImportError:\n    import tomli as tomllib\n"
+        "print(tomllib.__name__)",
+        ("controls", "sglang", "vllm", "hang"),
+        "Python 3.11's tomllib, or pip install tomli on 3.10",
+    ),
     "/proc": (
         "import os; assert os.path.isdir('/proc/self'), 'no /proc'; print('ok')",
         ("controls", "sglang", "vllm", "hang"),

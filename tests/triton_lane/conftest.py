@@ -30,3 +30,34 @@ def triton_interpreter() -> None:
         pytest.fail(
             "the Triton lane runs with TRITON_INTERPRET=1 in the environment", pytrace=False
         )
+
+
+LARGE_CASES = LANE  # large_cases_*.toml: the few large examples each run starts with
+
+
+def largest_shapes(out: Path) -> dict[str, dict[str, int]]:
+    """op -> {axis: largest value reached} over a run's examples.jsonl (the GPU check's
+    summarize.largest_shapes: M, K, N for the matmuls, B, M, K, N for bmm, d0.. otherwise), also
+    written to ``out/largest_shapes.json`` beside the run's report.json and printed."""
+    import json
+
+    sys.path.insert(0, str(REPO / "scripts" / "gpu_check_parts"))
+    from summarize import largest_shapes as read
+
+    shapes = read(out / "examples.jsonl")
+    (out / "largest_shapes.json").write_text(json.dumps(shapes, indent=2, sort_keys=True))
+    print(f"largest shapes reached ({out.name}): {json.dumps(shapes, sort_keys=True)}")
+    return shapes
+
+
+def longest_row(out: Path, op: str) -> int:
+    """The longest last dimension of ``op``'s 2-D examples (the reduced one for batch-invariant
+    softmax, log_softmax, rms_norm: one program per row, 1024-wide chunks)."""
+    import json
+
+    longest = 0
+    for line in (out / "examples.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if row.get("op") == op and len(row.get("shape", [])) == 2:
+            longest = max(longest, int(row["shape"][-1]))
+    return longest

@@ -1,5 +1,9 @@
 """The property suite against ``--bi-target sglang``: SGLang 0.5.23's real Triton kernels
-(persistent matmul, addmm, log_softmax) under the interpreter, with the stated stand-ins."""
+under the interpreter, with the stated stand-ins: persistent matmul (mm, addmm) and log_softmax
+in the main run (strategies/triton.toml), bmm_kernel_persistent and _rms_norm_kernel in a second,
+smaller one (strategies/triton-sglang-more.toml). Each run starts with a few large examples
+(large_cases_sglang*.toml: N and K past the 128-wide tiles, rows past the 1024-wide chunks); the
+rest is small. SGLang's mean_dim asserts a CUDA tensor: mean runs in the GPU check only."""
 
 from __future__ import annotations
 
@@ -10,7 +14,8 @@ from pathlib import Path
 import pytest
 from lane_suite import SuiteRun, run_suite, suite_file
 
-from conftest import STRATEGIES
+from bi_props.targets.sglang import REGISTERS
+from conftest import LARGE_CASES, REPO, STRATEGIES, largest_shapes, longest_row
 
 TIMEOUT_S = 1200
 
@@ -22,9 +27,24 @@ def lane(tmp_path_factory) -> SuiteRun:
     command = [
         sys.executable, "-m", "pytest", str(suite_file()), "--bi-target", "sglang",
         "--bi-strategies", str(STRATEGIES),
+        "--bi-regressions", str(LARGE_CASES / "large_cases_sglang.toml"),
     ]  # fmt: skip
     env = {**os.environ, "BI_PROPS_SWITCHING": "1"}  # judged at the session's end
     return run_suite(out, command, env, TIMEOUT_S, "sglang")
+
+
+@pytest.fixture(scope="module")
+def more(tmp_path_factory) -> SuiteRun:
+    base = Path(os.environ.get("BI_PROPS_TRITON_OUT", tmp_path_factory.mktemp("sglang-more")))
+    out = base / "sglang-more"
+    out.mkdir(parents=True, exist_ok=True)
+    command = [
+        sys.executable, "-m", "pytest", str(suite_file()), "--bi-target", "sglang",
+        "--bi-strategies", str(REPO / "strategies" / "triton-sglang-more.toml"),
+        "--bi-regressions", str(LARGE_CASES / "large_cases_sglang_more.toml"),
+    ]  # fmt: skip
+    env = {**os.environ, "BI_PROPS_SWITCHING": "0"}  # judged once, in the main run
+    return run_suite(out, command, env, TIMEOUT_S, "sglang-more")
 
 
 def test_suite_ran_against_sglang_kernels(lane):
@@ -58,6 +78,8 @@ def test_routing_reaches_sglang_kernels(lane):
 def test_what_holds_and_what_was_found(lane):
     """Every failure is a recorded finding, reproduced in a fresh process, and one of the known
     host-logic findings; mm, addmm and log_softmax are batch-invariant and deterministic."""
+    regressions = {n: o for n, o in lane.outcomes.items() if n.startswith("test_regression")}
+    assert len(regressions) == 5 and set(regressions.values()) == {("passed", "")}, regressions
     failed = {n for n, (o, _) in lane.outcomes.items() if o == "failed"}
     cells = [f for f in lane.report["findings"] if f["property"] != "switching"]
     recorded = {f"test_property[{f['op']}-{f['property']}-{f['switch']}]" for f in cells}
@@ -82,8 +104,47 @@ def test_switching_property_on_sglang(lane):
     verdict = lane.report["switching"]
     print("sglang switching:", verdict["message"])
     assert verdict["ok"] is False, verdict
+    # every registration enable_batch_invariant_mode() makes, and the torch.bmm swap, compared
+    assert set(verdict["compared"]) == {*REGISTERS, "torch.bmm"}, verdict["compared"]
     assert verdict["message"].startswith("switch state: the model expects"), verdict
     assert "Failing test case: <state machine>" in verdict["message"], verdict
     found = [f for f in lane.report["findings"] if f["property"] == "switching"]
     assert len(found) == 1 and found[0]["op"] == "(switch)", found
     assert "state." in found[0]["case"], found
+
+
+def test_matmuls_cross_the_tiles_and_log_softmax_the_chunks(lane):
+    """The run reached N and K above SGLang's 128-wide tiles (several K tiles of 32/64) with a
+    batch past M = 128, and log_softmax rows past its 1024-wide chunk (twice)."""
+    shapes = largest_shapes(lane.out)
+    for op in ("mm", "addmm"):
+        assert shapes[op]["N"] > 128 and shapes[op]["K"] > 128, (op, shapes[op])
+        assert shapes[op]["batch_rows"] > 128, (op, shapes[op])
+    assert longest_row(lane.out, "log_softmax") > 2048, shapes.get("log_softmax")
+
+
+def test_bmm_and_rms_norm_kernels_run_and_hold(more):
+    """SGLang's bmm (aten::bmm and the torch.bmm swap) and rms_norm kernels: routed when enabled,
+    batch-invariant and deterministic, across bmm's tiles and rms_norm's 1024-wide chunk. One
+    finding, host logic: with eps=None SGLang's aten::rms_norm uses finfo(input dtype).eps
+    (0.0078 for bf16), stock torch its opmath type's (float32: 1.2e-7), so a 16-bit rms_norm of
+    small values differs from the reference (`reference`, enabled; a GPU would show it too)."""
+    assert more.report is not None, more.log[-3000:]
+    assert "INTERNALERROR" not in more.log
+    for f in more.report["findings"]:
+        assert (f["op"], f["property"], f["switch"], f["kind"]) == (
+            "rms_norm", "reference", "enabled", "mismatch"
+        ), f  # fmt: skip
+        assert "'eps': None" in f["case"] and "float16" in f["case"], f
+    failed = {n for n, (o, _) in more.outcomes.items() if o == "failed"}
+    assert failed <= {"test_property[rms_norm-reference-enabled]"}, failed
+    for op in ("bmm", "rms_norm"):
+        for prop in ("routing", "batch_invariance", "determinism"):
+            outcome, message = more.outcomes[f"test_property[{op}-{prop}-enabled]"]
+            assert outcome == "passed", (op, prop, message)
+    assert more.outcomes["test_property[bmm-reference-enabled]"][0] == "passed"
+    regressions = [o for n, o in more.outcomes.items() if n.startswith("test_regression")]
+    assert regressions == [("passed", "")] * 2, regressions
+    shapes = largest_shapes(more.out)
+    assert shapes["bmm"]["N"] > 128 and shapes["bmm"]["K"] > 128, shapes["bmm"]
+    assert longest_row(more.out, "rms_norm") > 1024, shapes.get("rms_norm")

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from lane_suite import SuiteRun, run_suite, suite_file
 
-from conftest import REPO
+from conftest import LARGE_CASES, REPO, largest_shapes
 
 STRATEGIES = REPO / "strategies" / "triton-ascend.toml"
 TIMEOUT_S = 1500
@@ -41,6 +41,7 @@ def lane(tmp_path_factory) -> SuiteRun:
     command = [
         sys.executable, "-m", "pytest", str(suite_file()), "--bi-target", "vllm-ascend-triton",
         "--bi-strategies", str(STRATEGIES),
+        "--bi-regressions", str(LARGE_CASES / "large_cases_ascend.toml"),
     ]  # fmt: skip
     return run_suite(out, command, dict(os.environ), TIMEOUT_S, "vllm-ascend-triton")
 
@@ -73,6 +74,8 @@ def test_routing_reaches_the_wheels_kernels(lane):
 def test_what_holds_and_what_was_found(lane):
     """Every failure is a recorded, reproduced, known host-logic finding; every op is
     batch-invariant and deterministic where it returns."""
+    regressions = [o for n, o in lane.outcomes.items() if n.startswith("test_regression")]
+    assert regressions == [("passed", "")] * 5, regressions
     failed = {n for n, (o, _) in lane.outcomes.items() if o == "failed"}
     recorded = {
         f"test_property[{f['op']}-{f['property']}-{f['switch']}]" for f in lane.report["findings"]
@@ -88,3 +91,14 @@ def test_what_holds_and_what_was_found(lane):
             assert outcome == "passed", (op, prop, message)
     seen = {c["op"] for c in lane.report["controls"] if c.get("variance_seen")}
     assert "mm" in seen, lane.report["controls"]
+
+
+def test_matmuls_cross_the_tiles(lane):
+    """The run reached N and K above matmul_persistent's 128-wide tiles (BLOCK_K 64) and bf16
+    linear_persistent's BLOCK_K 256, with a batch past M = 128 (large_cases_ascend.toml)."""
+    shapes = largest_shapes(lane.out)
+    for op in ("mm", "matmul", "linear", "addmm"):
+        assert shapes[op]["N"] > 128 and shapes[op]["K"] > 128, (op, shapes[op])
+    assert shapes["linear"]["K"] > 256, shapes["linear"]
+    assert shapes["mm"]["batch_rows"] > 128, shapes["mm"]
+    assert shapes["bmm"]["N"] > 128 and shapes["bmm"]["K"] > 128, shapes["bmm"]
