@@ -20,7 +20,54 @@ def planted_on_path(monkeypatch):
 
 def test_correct_two_way_switch_holds(planted_on_path):
     verdict = switching.judge("planted_two_way", max_examples=25)
-    assert verdict == {"ok": True, "message": ""}
+    assert verdict == {"ok": True, "message": "", "compared": ["aten::mm"]}
+
+
+SWAP_LEAK = """
+import torch
+
+_LIB = None
+_STOCK_BMM = torch.bmm
+
+
+def _bmm(a, b):
+    return _STOCK_BMM(a, b)
+
+
+def _mm(a, b):  # each element from its own row and column: batch-invariant, no aten::mm
+    return (a.double().unsqueeze(-1) * b.double().unsqueeze(0)).sum(1).to(a.dtype)
+
+
+def is_batch_invariant_mode_enabled():
+    return _LIB is not None
+
+
+def enable_batch_invariant_mode():
+    global _LIB
+    if _LIB is None:
+        _LIB = torch.library.Library("aten", "IMPL")
+        _LIB.impl("mm", _mm, "CPU")
+        _LIB.impl("addmm", lambda c, a, b, beta=1, alpha=1: c + _mm(a, b), "CPU")
+    torch.bmm = _bmm
+
+
+def disable_batch_invariant_mode():
+    global _LIB
+    if _LIB is not None:
+        _LIB._destroy()
+    _LIB = None  # BUG: torch.bmm stays swapped
+"""
+
+
+def test_every_registration_and_swapped_function_is_compared(tmp_path, monkeypatch):
+    """Not only aten::mm: a disable that restores the registrations but leaves torch.bmm
+    swapped is caught, and the verdict lists what was compared."""
+    (tmp_path / "swap_leak.py").write_text(SWAP_LEAK)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    verdict = switching.judge("swap_leak", max_examples=25)
+    assert verdict["compared"] == ["aten::mm", "aten::addmm", "torch.bmm"], verdict
+    assert verdict["ok"] is False, verdict
+    assert "torch.bmm is a registered override" in verdict["message"], verdict
 
 
 def test_non_reentrant_context_manager_is_caught(planted_on_path):
