@@ -48,6 +48,7 @@ def run(tmp_path_factory):
     out = base / "gpu-check"
     subprocess.run(["rm", "-rf", str(out)], check=True)
     env = {**os.environ, "PYTHON": sys.executable, "BI_PROPS_GPU_CHECK_PLANT_HANG": str(HANG_S)}
+    env["BI_PROPS_SWITCHING"] = "1"  # tests/conftest.py turns it off for the suite's own runs
     t0 = time.monotonic()
     proc = subprocess.run(
         ["bash", str(SCRIPT), "--interpret", str(out)],
