@@ -37,14 +37,14 @@
 # stack is absent does not make the exit status non-zero.
 #
 # Exit status: 0 every part ran and found nothing; 1 every part ran and some found failures
-# (findings: see OUT_DIR/summary.md); 2 a part could not run (missing stack, timeout, crash) or
-# bad arguments.
+# (findings: see OUT_DIR/summary.md); 2 a part could not run (missing stack, cut at its limit,
+# crash), left processes behind, or bad arguments.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 REPO=$(pwd)
 PARTS_DIR="$REPO/scripts/gpu_check_parts"
 
-usage() { sed -n '2,44p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,41p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 die() { echo "gpu_check.sh: $*" >&2; exit 2; }
 
 OUT="" WHEELS="" ALLOW_MISSING=0 PLAN=0 CHECK=0
