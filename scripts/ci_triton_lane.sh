@@ -52,6 +52,7 @@ step() {  # step NAME COMMAND...: run it under its limit, killing its whole tree
     python3 scripts/gpu_check_parts/run_part.py --here --tee "$STEPS_DIR/$name" "${LIMIT[$name]}" -- "$@"
     code=$?
     TIMES+=("$name $(( $(date +%s) - t0 )) s")
+    echo "Triton lane: step '$name' exit $code in $(( $(date +%s) - t0 )) s"
     if [ "$code" = 124 ]; then
         echo "Triton lane: step '$name' TIMED OUT after ${LIMIT[$name]} s (killed with its workers; log: $STEPS_DIR/$name/log)" >&2
     elif [ "$code" != 0 ]; then
@@ -60,7 +61,8 @@ step() {  # step NAME COMMAND...: run it under its limit, killing its whole tree
     return "$code"
 }
 finish() {
-    echo "Triton lane: step times: $(IFS=';'; echo "${TIMES[*]}")"
+    local joined; joined=$(printf '%s; ' "${TIMES[@]}")
+    echo "Triton lane: step times: ${joined%; }"
     echo "Triton lane: exit status $1 after $(( $(date +%s) - start )) s"
     exit "$1"
 }
