@@ -124,9 +124,10 @@ def run(
         copier.join(timeout=10)  # a killed tree closes the pipe; a worker holding it is dead too
         if timed_out:
             code = 124
+            cut_line = f"run_part: {part_dir.name}: part cut after {limit_s:g} s; killed {killed}"
             if tee:
-                print(f"gpu_check: part cut after {limit_s:g} s; killed {killed}", flush=True)
-            log.write(f"\ngpu_check: part cut after {limit_s:g} s; killed {killed}\n".encode())
+                print(cut_line, flush=True)
+            log.write(f"\n{cut_line}\n".encode())
     survivors = marked(marker)
     record = {
         "command": command,
