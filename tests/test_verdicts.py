@@ -340,3 +340,42 @@ def test_a_kernel_right_only_when_replayed_is_a_flaky_finding(monkeypatch) -> No
     assert finding.kind == "flaky", finding.message
     assert "replay of the same case in the same worker: passed" in finding.message
     assert finding.reproduced_in_fresh_process is True, finding.confirmation
+
+
+def test_an_internal_error_inside_a_control_is_the_runs_internal_error_and_exit_3() -> None:
+    """Issue 20 #5: ``Session.control`` swallowed every exception: an InternalError raised by
+    every observation left the control "searching ... 12 of 200", no internal error, exit 0."""
+    from bi_props.campaigns.campaign import Ledger
+
+    session = session_judged_by(lambda case, fresh: Verdict(True))
+
+    def observe(prop, case, switch):
+        raise InternalError("worker: bi_props failed while observing")
+
+    session.runner.observe = observe
+    control = session.control("mm", "batch_invariance", examples=12, seed=1)
+    assert not control.variance_seen
+    assert control.state == "done" and control.message.startswith("INTERNAL ERROR"), control
+    [error] = session.internal_errors
+    assert error.startswith("negative control mm batch_invariance [disabled]: "), error
+    assert "InternalError" in error and "bi_props failed while observing" in error
+    assert session.status == "internal error"
+    assert Ledger.exit_status(None, {"findings": [], "status": session.status}) == 3
+
+
+def test_a_judges_bug_inside_a_control_is_an_internal_error_not_no_variance(monkeypatch) -> None:
+    from dataclasses import replace
+
+    from bi_props.model import property_spec
+
+    session = session_judged_by(lambda case, fresh: Verdict(True))
+    session.runner.observe = lambda prop, case, switch: object()
+    spec = property_spec.get("batch_invariance")
+
+    def broken(observation):
+        raise KeyError("a judge's bug")
+
+    monkeypatch.setattr(property_spec, "get", lambda name: replace(spec, judge=broken))
+    control = session.control("mm", "batch_invariance", examples=5, seed=1)
+    assert control.message.startswith("INTERNAL ERROR"), control
+    assert "KeyError" in session.internal_errors[0]

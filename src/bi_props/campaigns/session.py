@@ -590,6 +590,7 @@ class Session:
         left = self.space.control_examples - control.examples
         count = 0
         errors: list[str] = []
+        internal: list[str] = []  # errors of bi_props itself: an internal error of the run
         searched: list[int] = []
         variants: list[tuple[Case, str]] = []  # every variant case seen, in order
         started = time.monotonic()
@@ -628,6 +629,9 @@ class Session:
             except WorkerFailure as exc:  # the disabled cells report it; here it is no variance
                 errors.append(str(exc).splitlines()[0])
                 return
+            except Exception as exc:  # InternalError from a worker, or a judge's bug: ours
+                internal.append(internal_message(exc))
+                raise _Stop() from None
             if not verdict.ok:
                 if not variants:
                     searched.append(count)  # examples until the first variance
@@ -647,8 +651,21 @@ class Session:
             search()
         except _Stop:
             pass
-        except Exception:  # the variance, shrunk (Hypothesis' last replay is the minimal case)
+        except Exception as exc:  # the variance, shrunk (Hypothesis' last replay is minimal)
             complete = bool(variants)
+            if not variants:  # no variance raised it: an error of bi_props (or Hypothesis')
+                internal.append(internal_message(exc))
+        if internal:  # never a silent "searching": the run's internal errors and exit status 3
+            where = f"negative control {op} {prop} [disabled]"
+            self.internal(f"{where}: {internal[0]}")
+            first = internal[0].splitlines()[0]
+            if not control.variance_seen:
+                control.examples += count
+                control.state = "done"
+                control.shrink = "not started"
+                control.message = f"INTERNAL ERROR after {control.examples} example(s): {first}"
+                self.write_report()
+                return control
         if not control.variance_seen:
             control.examples += searched[0] if searched else count
         if variants:
