@@ -379,3 +379,45 @@ def test_a_judges_bug_inside_a_control_is_an_internal_error_not_no_variance(monk
     control = session.control("mm", "batch_invariance", examples=5, seed=1)
     assert control.message.startswith("INTERNAL ERROR"), control
     assert "KeyError" in session.internal_errors[0]
+
+
+def test_one_failure_class_is_shrunk_and_confirmed_once_across_properties() -> None:
+    """Issue 20 #6 (findings do not starve the campaign): the same exception from one op in
+    several properties (a half-installed kernel raising TypeError) is one failure class: the
+    first cell shrinks it and confirms it in a fresh process; the others record it at once as
+    the same failure, without a shrink or a second fresh worker."""
+    fresh_runs: list[Case] = []
+
+    def judge(case: Case, fresh: bool) -> Verdict:
+        if fresh:
+            fresh_runs.append(case)
+        return Verdict(False, "the op raised TypeError: bad dtype", "error", "TypeError")
+
+    session = session_judged_by(judge)
+    first = Cell("mm", "reference", "enabled")
+    run_slice(session, first, 50, None, seed=1)
+    assert len(fresh_runs) == 1 and first.done
+    other = Cell("mm", "determinism", "enabled")
+
+    def judge_other(case: Case, fresh: bool) -> Verdict:
+        if fresh:
+            fresh_runs.append(case)
+        return Verdict(
+            False,
+            "second run (actual) vs first run (desired): one call raised ...\n"
+            "  first:  TypeError: bad dtype\n  second: TypeError: bad dtype",
+            "error",
+            "TypeError",
+        )
+
+    session.judge = lambda op, prop, switch, case, fresh=False, patience=1.0: judge_other(
+        case, fresh
+    )
+    ran = run_slice(session, other, 50, None, seed=2)
+    assert ran == 1 and other.done, ran  # no shrink: recorded at its first failing example
+    assert len(fresh_runs) == 1, fresh_runs  # no second fresh-process confirmation
+    first_finding, second = session.findings
+    assert second.property == "determinism" and second.kind == "error"
+    assert second.shrink.startswith("not shrunk again: the same failure as mm reference")
+    assert second.confirmation.startswith("as mm reference [enabled] (the same failure)")
+    assert second.reproduced_in_fresh_process == first_finding.reproduced_in_fresh_process

@@ -38,6 +38,9 @@ from ..runner.controller import (
 )
 
 INTERNAL = "internal"  # bi_props itself failed (controller side, or InternalError in a worker)
+# An op the target does not swap, batch-variant with the switch on, under a target whose switch
+# promises batch-invariant inference (the fresh process confirms it as a mismatch).
+PROMISE = "promise"
 FLAKY = "flaky"  # a failure that did not happen again when Hypothesis replayed the same case
 
 # report.json's "status": a plain string, set in one place per run (Session.status, or the
@@ -111,6 +114,20 @@ class Failure:
         return (self.op, self.prop, self.switch, self.kind, self.error_type)
 
 
+def failure_class(failure: Failure) -> tuple | None:
+    """The failure class of an exception: the same exception (type and message) from one op,
+    whatever the property (a half-installed kernel raising TypeError in every cell of its op).
+    A class is shrunk and confirmed once; its other cells are recorded as the same failure.
+    None for failures that name no exception (a mismatch is each property's own evidence)."""
+    if not failure.error_type or failure.kind == INTERNAL:
+        return None
+    import re
+
+    match = re.search(rf"{re.escape(failure.error_type)}: (.*)", failure.message)
+    text = match.group(1) if match else (failure.message.splitlines() or [""])[0]
+    return (failure.op, failure.kind, failure.error_type, text.strip())
+
+
 def case_size(case: Case) -> tuple:
     """An order on cases, smallest first: elements across the batch, then extents, companions
     and the repr (to break ties). Used to keep the smallest failing case seen while shrinking."""
@@ -150,6 +167,9 @@ class Session:
     not_covered: dict[str, str] = field(default_factory=dict)
     # (op, switch) -> why routing could not be observed (never counted as a pass).
     unobservable: dict[tuple[str, str], str] = field(default_factory=dict)
+    # Ops whose routing [enabled] was judged on evidence at least once: when routing was not
+    # observable for any op, the run gives no routing verdict (exit status 3).
+    routing_observed: set[str] = field(default_factory=set)
     # op -> what the enabled state's batch invariance showed for an op the target does not claim:
     # {"property", "batch_variant", "case" (smallest seen), "examples", "message"}.
     unclaimed: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -179,6 +199,12 @@ class Session:
     _failed_cases: dict[tuple, tuple] = field(default_factory=dict, repr=False)
     # Signatures whose very case passed when it was run again: what makes a failure ``flaky``.
     _passed_again: set[tuple] = field(default_factory=set, repr=False)
+    # Examples judged by the cells (``check``), and those of them that were degenerate: a
+    # verdict that compared no element that could depend on the property, or both calls raising
+    # the same error ("not judged"). (op, prop, switch) -> [count, first reason]; never passes.
+    checked: int = 0
+    _held: bool = field(default=False, repr=False)  # the last check's case did not fail
+    degenerate: dict[tuple, list] = field(default_factory=dict, repr=False)
 
     def __repr__(self) -> str:  # Hypothesis prints the fixture in every falsifying example
         return f"<bi_props session: target {self.target!r}, space {self.space.source}>"
@@ -252,7 +278,8 @@ class Session:
         """Run one example; raise on failure. On Hypothesis' final replay of the minimal failing
         example, re-run it in a brand-new worker and record the finding. A case that failed
         before and passes now is remembered (``passed_again``): the evidence of a flaky one."""
-        if self._check(op, prop, switch, case) and self._failed_cases:
+        self._held = False
+        if (self._check(op, prop, switch, case) or self._held) and self._failed_cases:
             signature = self._failed_cases.pop((op, prop, switch, repr(case)), None)
             if signature is not None:
                 self._passed_again.add(signature)
@@ -284,16 +311,38 @@ class Session:
                 return False
             self._failed(found)
             raise InternalFailure(f"{prop} [{switch}] on {op}: {found.message}") from exc
-        outcome = "ok" if verdict.ok else verdict.kind
+        self.checked += 1
+        degenerate = verdict.ok and getattr(verdict, "degenerate", "")
+        outcome = "degenerate" if degenerate else "ok" if verdict.ok else verdict.kind
         self._note_example(op, prop, switch, case, outcome, coverage_extras(verdict))
+        if degenerate:  # no evidence either way: counted apart, never a pass
+            self._held = True  # but the case did not fail: evidence of a flaky failure
+            entry = self.degenerate.setdefault((op, prop, switch), [0, degenerate])
+            entry[0] += 1
+            return False
         if verdict.kind == "not_covered":
             self.not_covered.setdefault(op, verdict.message)
             return False
         if verdict.kind == "not_observable":
             self.unobservable.setdefault((op, switch), verdict.message)
             return False
+        if prop == "routing" and switch == "enabled":
+            self.routing_observed.add(op)  # judged on evidence (a pass or a failure)
         if switch == "enabled" and not self.covered(op) and not self._promised(prop):
             self._note_unclaimed(op, prop, case, verdict)
+            if self._broken_promise(prop, verdict):  # batch-variant, under a whole-model promise
+                hello = self.hello("enabled")
+                message = (
+                    f"promise broken: target {self.target!r}'s switch promises batch-invariant "
+                    f"inference, but {op} is not swapped (the target claims "
+                    f"{sorted(hello.covered) or 'no op'}; not swapped: {op}) and is "
+                    f"batch-variant with the switch on:\n{verdict.message}"
+                )
+                found = Failure(op, prop, switch, case, PROMISE, message, None)
+                if self._skip_settled(found):
+                    return False
+                self._failed(found)
+                raise PropertyFailed(f"{prop} [{switch}] on {op}:\n{message}")
             if not verdict.ok:
                 self.not_covered.setdefault(op, f"{prop} fails, but the target does not claim {op}")
             return False
@@ -304,6 +353,17 @@ class Session:
             return False
         self._failed(found)
         raise PropertyFailed(f"{prop} [{switch}] on {op}:\n{verdict.message}")
+
+    def _broken_promise(self, prop: str, verdict) -> bool:
+        """An op the target does not claim, batch-variant (a mismatch of a property that reports
+        unclaimed ops) with the switch on, under a switch that promises batch-invariant
+        inference as a whole (vllm, vllm-engine, ascend, verl): the promise is broken."""
+        return (
+            not verdict.ok
+            and verdict.kind == "mismatch"
+            and property_spec.get(prop).reports_unclaimed
+            and bool(self.hello("enabled").promises_inference)
+        )
 
     def _promised(self, prop: str) -> bool:
         """A model-level property of a target whose switch promises batch-invariant inference:
@@ -411,9 +471,22 @@ class Session:
         standalone reproducer. The fresh run confirms only the same property failing with the
         same kind (``confirm_kind``: the kind first seen, for a flaky finding)."""
         op, prop, switch, case = failure.op, failure.prop, failure.switch, failure.case
-        if confirm:
+        same = self.same_failure(failure)
+        if same is not None:  # its class was shrunk and confirmed once: not again
+            confirm = False
+            shrink = (
+                f"not shrunk again: the same failure as {same.op} {same.property} "
+                f"[{same.switch}] ({same.error_type} from {op}), shrunk and confirmed there"
+            )
+        if same is not None:
+            reproduced, confirmation = same.reproduced_in_fresh_process, (
+                f"as {same.op} {same.property} [{same.switch}] (the same failure): "
+                f"{same.confirmation}"
+            )
+        elif confirm:
+            kind = confirm_kind or ("mismatch" if failure.kind == PROMISE else failure.kind)
             reproduced, confirmation = self._reproduces_fresh(
-                op, prop, switch, case, confirm_kind or failure.kind, failure.error_type
+                op, prop, switch, case, kind, failure.error_type
             )
         else:
             reproduced, confirmation = None, "not confirmed: not re-run in a fresh process"
@@ -439,6 +512,8 @@ class Session:
             _note("This failure is listed as a known failure.")
         if confirm:
             finding.reproducer = self.write_reproducer(finding, case)
+        elif same is not None:
+            finding.reproducer = same.reproducer
         if finding.reproducer:
             _note(f"Standalone reproducer: {finding.reproducer}")
         self.record(finding)
@@ -518,6 +593,27 @@ class Session:
             [finding.op, finding.property, finding.switch, finding.kind, str(len(self.findings))]
         )
         return str(repro.write(self.report_path.parent / "repro" / f"{name}.py", text))
+
+    def same_failure(self, failure: Failure) -> Finding | None:
+        """A finding of this session in the same failure class (``failure_class``), if any."""
+        key = failure_class(failure)
+        if key is None:
+            return None
+        for finding in self.findings:
+            if finding.target != self.target or finding.op != failure.op:
+                continue
+            other = Failure(
+                finding.op,
+                finding.property,
+                finding.switch,
+                failure.case,
+                finding.kind,
+                finding.message,
+                finding.error_type,
+            )
+            if failure_class(other) == key:  # the first of its class: shrunk and confirmed
+                return finding
+        return None
 
     def recorded(self, failure: Failure) -> bool:
         """Whether a finding with this failure's full signature is recorded already."""
@@ -754,6 +850,7 @@ class Session:
                 for (op, switch), why in self.unobservable.items()
             ],
             "unclaimed": [{"op": op, **entry} for op, entry in self.unclaimed.items()],
+            "routing_observed": sorted(self.routing_observed),
             "routing_notes": self.routing_notes(),
             "properties": self.properties(),
             "promises_inference": self._hello_field("promises_inference"),
@@ -761,7 +858,19 @@ class Session:
             "status": self.status,
             "strict_controls": self.strict_controls,
             "internal_errors": list(self.internal_errors),
+            "degenerate": self.degenerate_summary(),
             "switching": self.switching or {"ok": None, "message": "not judged yet"},
+        }
+
+    def degenerate_summary(self) -> dict[str, Any]:
+        """The cells' degenerate examples: how many of the judged ones, and per cell why."""
+        return {
+            "examples": sum(n for n, _ in self.degenerate.values()),
+            "of": self.checked,
+            "cells": [
+                {"op": op, "property": prop, "switch": switch, "examples": n, "reason": why}
+                for (op, prop, switch), (n, why) in self.degenerate.items()
+            ],
         }
 
     def _hello_field(self, name: str) -> Any:
