@@ -260,3 +260,10 @@ def test_space_error_is_a_value_error():
     assert issubclass(SpaceError, ValueError)
     with pytest.raises(ValueError, match=r"mem\.toml: key 'dtypes\.choices'"):
         parse({"dtypes": {"choices": ["int8"]}}, "mem.toml", "p")
+
+
+def test_cross_process_every_is_read_and_validated(tmp_path):
+    assert parse({"runner": {"cross_process_every": 0}}, "m.toml", "p").cross_process_every == 0
+    assert parse({}, "m.toml", "p").cross_process_every == 8
+    with pytest.raises(SpaceError, match=r"key 'runner.cross_process_every': out of range"):
+        parse({"runner": {"cross_process_every": -1}}, "m.toml", "p")

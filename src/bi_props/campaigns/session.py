@@ -41,6 +41,11 @@ INTERNAL = "internal"  # bi_props itself failed (controller side, or InternalErr
 # An op the target does not swap, batch-variant with the switch on, under a target whose switch
 # promises batch-invariant inference (the fresh process confirms it as a mismatch).
 PROMISE = "promise"
+CROSS_PROCESS_EVERY = 8
+"""The default of ``[runner] cross_process_every``: one determinism example in this many (by a
+hash of the case) is also compared bitwise in a second, freshly started worker: about 12% of
+determinism examples, one extra example each, plus one worker start per switch state per
+session (0 in the space turns it off)."""
 FLAKY = "flaky"  # a failure that did not happen again when Hypothesis replayed the same case
 
 # report.json's "status": a plain string, set in one place per run (Session.status, or the
@@ -203,6 +208,11 @@ class Session:
     # verdict that compared no element that could depend on the property, or both calls raising
     # the same error ("not judged"). (op, prop, switch) -> [count, first reason]; never passes.
     checked: int = 0
+    # Determinism across processes: the second worker (started at the first due example), the
+    # comparisons made, and the (op, switch) pairs that differed (then every case is due).
+    _second: Runner | None = field(default=None, repr=False)
+    cross_process_checks: int = 0
+    _cross_hot: set[tuple[str, str]] = field(default_factory=set, repr=False)
     _held: bool = field(default=False, repr=False)  # the last check's case did not fail
     degenerate: dict[tuple, list] = field(default_factory=dict, repr=False)
 
@@ -272,7 +282,65 @@ class Session:
             verdict = spec.judge(observation)
         if spec.explain is not None:  # logprobs: the ops the model used that are not claimed
             verdict = spec.explain(verdict, observation, self.hello("enabled").covered)
+        if prop == "determinism" and verdict.ok and not getattr(verdict, "degenerate", ""):
+            if self._cross_process_due(op, switch, case):
+                verdict = self._across_processes(case, switch, observation, fresh, patience)
         return verdict
+
+    def _cross_process_due(self, op: str, switch: str, case: Case) -> bool:
+        """Whether this determinism example is also compared across processes: one case in
+        ``CROSS_PROCESS_EVERY`` (by a hash of the case, so a replay of the case is due too),
+        and every case of an (op, switch) that has already differed across processes (so that
+        Hypothesis can shrink it)."""
+        import hashlib
+
+        every = getattr(self.space, "cross_process_every", CROSS_PROCESS_EVERY)
+        if every <= 0:
+            return False
+        if (op, switch) in self._cross_hot:
+            return True
+        digest = hashlib.sha256(repr(case).encode()).digest()
+        return int.from_bytes(digest[:4], "big") % every == 0
+
+    def _across_processes(self, case: Case, switch: str, observation, fresh: bool, patience):
+        """Determinism across processes: the case's first call in a second, freshly started
+        worker (spawned, never forked, kept for the session) against this worker's, bitwise.
+        Per-process state (an autotuner's pick, a thread-count decision, a cache warmed by the
+        first call) shows here. In a fresh-process confirmation: two fresh workers."""
+        from ..model.properties import Verdict, same_outputs
+
+        if fresh:
+            first = self.runner.fresh("determinism", case, switch, patience=patience)
+            second = self.runner.fresh("determinism", case, switch, patience=patience)
+        else:
+            if self._second is None:
+                self._second = Runner(
+                    self.target,
+                    example_timeout_s=self.space.example_timeout_s,
+                    start_timeout_s=self.space.start_timeout_s,
+                    fork=False,  # its own interpreter: no state shared with the first worker
+                    extra_env={switches.PROVIDER_ENV: self.switch_provider},
+                )
+            self._second.deadline = self.runner.deadline
+            first, second = observation, self._second.observe("determinism", case, switch)
+        self.cross_process_checks += 1
+        verdict = same_outputs(
+            second.calls["first"],
+            first.calls["first"],
+            "first run in a second, freshly started worker (actual) vs the first worker's "
+            "(desired)",
+        )
+        if verdict.ok:
+            return verdict
+        self._cross_hot.add((case.op, switch))
+        return Verdict(
+            False,
+            "determinism across processes: the same call on the same tensors gives other bits "
+            "in another process (a per-process choice: an autotuner's pick, a thread count, "
+            f"a cache warmed by the first call):\n{verdict.message}",
+            verdict.kind,
+            verdict.error_type,
+        )
 
     def check(self, op: str, prop: str, switch: str, case: Case) -> None:
         """Run one example; raise on failure. On Hypothesis' final replay of the minimal failing
@@ -859,6 +927,7 @@ class Session:
             "strict_controls": self.strict_controls,
             "internal_errors": list(self.internal_errors),
             "degenerate": self.degenerate_summary(),
+            "cross_process_checks": self.cross_process_checks,
             "switching": self.switching or {"ok": None, "message": "not judged yet"},
         }
 
@@ -912,6 +981,8 @@ class Session:
         self.flush_examples()
         self.write_report()
         self.runner.close()
+        if self._second is not None:
+            self._second.close()
 
 
 def internal_message(exc: BaseException) -> str:

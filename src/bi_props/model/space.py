@@ -77,6 +77,9 @@ class Space:
     control_examples: int = 200
     control_share: float = 0.15  # largest share of a campaign's budget the controls may use
     fork_workers: bool = True  # replacement workers forked from a loaded parent (CPU targets)
+    # One determinism example in this many is also compared in a second, freshly started
+    # worker (determinism across processes); 0 turns it off.
+    cross_process_every: int = 8
     # What to explore.
     ops: tuple[str, ...] = DEFAULT_OPS
     dtypes: tuple[str, ...] = DTYPES
@@ -109,6 +112,7 @@ _SECTIONS: dict[str, dict[str, str]] = {
         "control_examples": "int",
         "control_share": "num",
         "fork_workers": "bool",
+        "cross_process_every": "int",
     },
     "ops": {"include": "list[str]", "exclude": "list[str]"},
     "dtypes": {"choices": "list[str]"},
@@ -133,6 +137,7 @@ RANGES: dict[str, tuple[float, float, bool, str]] = {
     "runner.control_examples": (1, 10**9, True, "examples per negative control"),
     "runner.control_share": (0, 1, True, "a share of --budget"),
     "batch.max_companions": (1, 10**6, True, "companions in a batch"),
+    "runner.cross_process_every": (0, 10**6, True, "determinism examples per cross-process one"),
 }
 
 
@@ -240,6 +245,7 @@ def parse(data: dict[str, Any], source: str, profile: str) -> Space:
         ("runner", "control_examples"): "control_examples",
         ("runner", "control_share"): "control_share",
         ("runner", "fork_workers"): "fork_workers",
+        ("runner", "cross_process_every"): "cross_process_every",
         ("shapes", "rows"): "rows",
         ("shapes", "dim"): "dim",
         ("batch", "max_companions"): "max_companions",
