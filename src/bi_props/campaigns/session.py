@@ -46,6 +46,8 @@ CROSS_PROCESS_EVERY = 8
 hash of the case) is also compared bitwise in a second, freshly started worker: about 12% of
 determinism examples, one extra example each, plus one worker start per switch state per
 session (0 in the space turns it off)."""
+CROSS_PROCESS_START_LEFT_S = 10.0
+"""The second worker is not started when less than this is left of a campaign's budget."""
 FLAKY = "flaky"  # a failure that did not happen again when Hypothesis replayed the same case
 
 # report.json's "status": a plain string, set in one place per run (Session.status, or the
@@ -284,7 +286,8 @@ class Session:
             verdict = spec.explain(verdict, observation, self.hello("enabled").covered)
         if prop == "determinism" and verdict.ok and not getattr(verdict, "degenerate", ""):
             if self._cross_process_due(op, switch, case):
-                verdict = self._across_processes(case, switch, observation, fresh, patience)
+                across = self._across_processes(case, switch, observation, fresh, patience)
+                verdict = verdict if across is None else across
         return verdict
 
     def _cross_process_due(self, op: str, switch: str, case: Case) -> bool:
@@ -313,6 +316,10 @@ class Session:
             first = self.runner.fresh("determinism", case, switch, patience=patience)
             second = self.runner.fresh("determinism", case, switch, patience=patience)
         else:
+            deadline = self.runner.deadline
+            if self._second is None and deadline is not None:
+                if deadline - time.monotonic() < CROSS_PROCESS_START_LEFT_S:
+                    return None  # no time left to start a second worker: not compared
             if self._second is None:
                 self._second = Runner(
                     self.target,
@@ -981,7 +988,10 @@ class Session:
         self.flush_examples()
         self.write_report()
         self.runner.close()
-        if self._second is not None:
+        if self._second is not None:  # nothing to flush there: ended at once, not waited for
+            for pool in (self._second._workers, self._second._zygotes):
+                for worker in pool.values():
+                    worker.kill()
             self._second.close()
 
 
