@@ -199,14 +199,16 @@ def test_controls_that_saw_variance_leave_their_share_to_the_blind_ones() -> Non
                 item.turns == 0
             ), "a shrinking control took a turn while others were still searching"
             item.searching = False
-        schedule.done(item, limit, 10)  # every turn uses its whole limit
-        now += limit
+        # A control's turn ends at its first variance (0.2 s here); other turns use their limit.
+        spent = 0.2 if item.kind == "control" and item.key in seeing and item.turns == 0 else limit
+        schedule.done(item, spent, 10)
+        now += spent
     control_s = sum(c.seconds for c in schedule.controls())
     assert control_s <= 10.0 + 1e-9
     blind = [c.seconds for c in schedule.controls() if c.key not in seeing]
     early = [c.seconds for c in schedule.controls() if c.key in seeing]
-    assert max(early) <= 0.7, early  # one first turn each: half the per-control part left
-    assert min(blind) >= 1.3, blind  # 1.0 s each if the share were split over all ten
+    assert max(early) <= 0.2 + 1e-9, early  # one turn each, ended at the first variance
+    assert min(blind) >= 1.6, blind  # 1.0 s each if the share were split over all ten
 
 
 def test_a_shrinking_control_waits_while_another_searches() -> None:

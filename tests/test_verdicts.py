@@ -421,3 +421,35 @@ def test_one_failure_class_is_shrunk_and_confirmed_once_across_properties() -> N
     assert second.shrink.startswith("not shrunk again: the same failure as mm reference")
     assert second.confirmation.startswith("as mm reference [enabled] (the same failure)")
     assert second.reproduced_in_fresh_process == first_finding.reproduced_in_fresh_process
+
+
+def test_a_control_asked_not_to_shrink_ends_its_turn_at_the_first_variance(monkeypatch) -> None:
+    """Issue 20 #1: while other controls are still searching, a control that sees variance
+    stops there (the case saved in the example database, shrunk in a later turn), leaving the
+    rest of its turn to the blind ones."""
+    from dataclasses import replace
+
+    from hypothesis.database import InMemoryExampleDatabase
+
+    from bi_props.model import property_spec
+
+    session = session_judged_by(lambda case, fresh: Verdict(True))
+    judged: list[Case] = []
+    session.runner.observe = lambda prop, case, switch: case
+    spec = property_spec.get("batch_invariance")
+
+    def judge(case):
+        judged.append(case)
+        return Verdict(False, "bits differ") if case.shape[0] >= 3 else Verdict(True)
+
+    monkeypatch.setattr(property_spec, "get", lambda name: replace(spec, judge=judge))
+    database = InMemoryExampleDatabase()
+    control = session.control(
+        "mm", "batch_invariance", seed=1, database=database, stop_at=time.monotonic() + 60,
+        shrink=False,
+    )  # fmt: skip
+    assert control.variance_seen and control.state == "shrinking", control
+    variant = [i for i, c in enumerate(judged) if c.shape[0] >= 3]
+    assert len(judged) <= variant[0] + 2, (len(judged), variant[:3])  # no shrink this turn
+    later = session.control("mm", "batch_invariance", seed=2, database=database)
+    assert later.state == "done" and later.shrink == "complete", later

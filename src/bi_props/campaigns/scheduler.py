@@ -12,10 +12,12 @@ turn's time limit. Its policy, in order:
    done and says so); the searching controls take turns in rounds (fewest turns first, then
    least time: a control whose first turn paid the op's warm-up in the worker is not pushed
    behind the others), so the share is split evenly between them, and what a control that
-   saw variance early did not use goes to those still searching. A turn lasts at most the share left divided among the controls still
-   searching (half that on a control's first turn, so that an early variance frees time for the
-   others), and at least ``MIN_TURN_S``. Controls that saw variance and are *shrinking* take
-   turns only when no control is searching. Once every cell is retired, unfinished controls may
+   saw variance early did not use goes to those still searching. A turn lasts at most the
+   share left divided among the controls still searching, and at least ``MIN_TURN_S``; while
+   others search, a control's turn ends at its first variance (the campaign asks
+   ``Session.control`` for no shrink), so an early variance frees time for the others.
+   Controls that saw variance and are *shrinking* take turns only when no control is
+   searching. Once every cell is retired, unfinished controls may
    use what is left of the budget (their search or shrink continues at the end). A share of 0
    turns the controls off.
 2. **First turns, where bugs are first.** Cells that have not had a turn go first: enabled-state
@@ -156,8 +158,7 @@ class Scheduler:
             if not live_cells:  # every cell retired: the controls may finish with what is left
                 return control, left
             if share_left > 0 and self.control_seconds < self.control_share * scheduled:
-                fair = share_left / len(pool) / (2 if control.turns == 0 else 1)
-                fair = max(MIN_TURN_S, fair)
+                fair = max(MIN_TURN_S, share_left / len(pool))
                 return control, min(share_left, left, self._turn_s(), fair)
         if not live_cells:
             return None

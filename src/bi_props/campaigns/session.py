@@ -741,6 +741,7 @@ class Session:
         stop_at: float | None = None,
         seed: int | None = None,
         database=None,
+        shrink: bool = True,
     ) -> Control:
         """One turn of a negative control: search for batch variance with the switch off, and
         shrink what shows it toward the smallest case.
@@ -751,8 +752,10 @@ class Session:
         at the first variance. ``stop_at`` (``time.monotonic()``) bounds the turn: no example
         starts after it (the first always runs), so a shrink in flight stops there with the
         smallest case seen by ``case_size``, and a later turn continues it from the example
-        database (``database``: the campaign's; without one, the cut shrink is final). The
-        control's ``state`` says where it stands: searching, shrinking, or done."""
+        database (``database``: the campaign's; without one, the cut shrink is final). With
+        ``shrink`` False the turn ends at its first variance (saved in the example database; a
+        later turn shrinks it): the campaign's scheduler leaves the time to the controls still
+        searching. The control's ``state`` says where it stands: searching, shrinking, or done."""
         control = self._control_entry(op, prop)
         if control.state == "done":
             return control
@@ -787,7 +790,7 @@ class Session:
         )
         @given(data=st.data())
         def search(data):
-            nonlocal count
+            nonlocal count, stop_at
             case = data.draw(strategy, label="case")
             past_end = count and stop_at is not None and time.monotonic() >= stop_at
             if past_end and not is_final_replay():
@@ -806,6 +809,8 @@ class Session:
             if not verdict.ok:
                 if not variants:
                     searched.append(count)  # examples until the first variance
+                    if not shrink:  # no shrink in this turn: it ends at the next example
+                        stop_at = time.monotonic()
                 variants.append((case, verdict.message))
                 raise _Variant()
 
