@@ -468,6 +468,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
             )
     for message in session.internal_errors:
         tr.line(f"INTERNAL ERROR (a bug of bi_props): {message}", red=True, bold=True)
+    from .reporting.data import NO_ROUTING_VERDICT, no_routing_verdict
+    from .reporting.verdict import degenerate_line
+
+    report = session.report()
+    if degenerate_line(report):
+        tr.line(degenerate_line(report), yellow=True)
+    if no_routing_verdict(report):
+        tr.line(NO_ROUTING_VERDICT, red=True, bold=True)
     for entry in session.known_status:
         color = {"fixed": {"green": True}, "known": {"yellow": True}}.get(entry["status"], {})
         tr.line(
