@@ -453,3 +453,24 @@ def test_a_control_asked_not_to_shrink_ends_its_turn_at_the_first_variance(monke
     assert len(judged) <= variant[0] + 2, (len(judged), variant[:3])  # no shrink this turn
     later = session.control("mm", "batch_invariance", seed=2, database=database)
     assert later.state == "done" and later.shrink == "complete", later
+
+
+def test_the_failure_class_is_the_exception_whatever_the_propertys_words() -> None:
+    from bi_props.campaigns.session import failure_class
+
+    case = mm_case(2, 3)
+    words = {
+        "reference": "the op raised TypeError: bad dtype",
+        "determinism": "second run ...:\n  first:  TypeError: bad dtype\n  second: TypeError: bad dtype",
+        "parity": "contract parity: enabled TypeError: bad dtype; disabled returned normally",
+        "routing": "the op raised TypeError: bad dtype",
+    }
+    classes = {
+        failure_class(Failure("mm", prop, "enabled", case, "error", text, "TypeError"))
+        for prop, text in words.items()
+    }
+    assert classes == {("mm", "error", "TypeError", "bad dtype")}
+    other_op = Failure("bmm", "reference", "enabled", case, "error", words["reference"], "TypeError")
+    assert failure_class(other_op) != classes.pop()
+    mismatch = Failure("mm", "reference", "enabled", case, "mismatch", "bits differ", None)
+    assert failure_class(mismatch) is None  # a mismatch is each property's own evidence

@@ -132,6 +132,7 @@ def failure_class(failure: Failure) -> tuple | None:
 
     match = re.search(rf"{re.escape(failure.error_type)}: (.*)", failure.message)
     text = match.group(1) if match else (failure.message.splitlines() or [""])[0]
+    text = text.split("; disabled ")[0]  # parity's message goes on with the other state
     return (failure.op, failure.kind, failure.error_type, text.strip())
 
 
