@@ -211,13 +211,13 @@ class Session:
     # verdict that compared no element that could depend on the property, or both calls raising
     # the same error ("not judged"). (op, prop, switch) -> [count, first reason]; never passes.
     checked: int = 0
+    degenerate: dict[tuple, list] = field(default_factory=dict, repr=False)
+    _held: bool = field(default=False, repr=False)  # the last check's case did not fail
     # Determinism across processes: the second worker (started at the first due example), the
     # comparisons made, and the (op, switch) pairs that differed (then every case is due).
     _second: Runner | None = field(default=None, repr=False)
     cross_process_checks: int = 0
     _cross_hot: set[tuple[str, str]] = field(default_factory=set, repr=False)
-    _held: bool = field(default=False, repr=False)  # the last check's case did not fail
-    degenerate: dict[tuple, list] = field(default_factory=dict, repr=False)
 
     def __repr__(self) -> str:  # Hypothesis prints the fixture in every falsifying example
         return f"<bi_props session: target {self.target!r}, space {self.space.source}>"
@@ -310,11 +310,11 @@ class Session:
         """Determinism across processes: the case's first call in a second, freshly started
         worker (spawned, never forked, kept for the session) against this worker's, bitwise.
         Per-process state (an autotuner's pick, a thread-count decision, a cache warmed by the
-        first call) shows here. In a fresh-process confirmation: two fresh workers."""
+        first call) shows here. In a fresh-process confirmation: the fresh worker's observation against one more."""
         from ..model.properties import Verdict, same_outputs
 
-        if fresh:
-            first = self.runner.fresh("determinism", case, switch, patience=patience)
+        if fresh:  # ``observation`` came from a fresh worker already: one more
+            first = observation
             second = self.runner.fresh("determinism", case, switch, patience=patience)
         else:
             deadline = self.runner.deadline
