@@ -91,8 +91,13 @@ def test_the_headline_counts_degenerate_examples() -> None:
         "degenerate": {"examples": 812, "of": 5300, "cells": []},
         "campaign": {"cells_total": 1},
         "cells": [
-            {"target": "cpu", "op": "mm", "property": "reference", "switch": "enabled",
-             "examples": 5300}
+            {
+                "target": "cpu",
+                "op": "mm",
+                "property": "reference",
+                "switch": "enabled",
+                "examples": 5300,
+            }
         ],
     }
     line = degenerate_line(report)

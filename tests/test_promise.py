@@ -122,7 +122,10 @@ def test_a_promise_target_fails_on_an_unswapped_batch_variant_op(monkeypatch):
         session.check("mm", "batch_invariance", "enabled", _case("mm", 2))
     [finding] = session.findings
     assert (finding.op, finding.property, finding.switch, finding.kind) == (
-        "mm", "batch_invariance", "enabled", "promise"
+        "mm",
+        "batch_invariance",
+        "enabled",
+        "promise",
     )
     assert "not swapped: mm" in finding.message and "the target claims ['bmm']" in finding.message
     assert finding.reproduced_in_fresh_process is True, finding.confirmation  # as a mismatch

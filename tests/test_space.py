@@ -173,7 +173,11 @@ BAD = {
         "hypothesis.database",
         "'directory' or 'none'",
     ),
-    "zero_examples": ("[hypothesis]\nmax_examples = 0\n", "hypothesis.max_examples", "allowed: [1,"),
+    "zero_examples": (
+        "[hypothesis]\nmax_examples = 0\n",
+        "hypothesis.max_examples",
+        "allowed: [1,",
+    ),
     "zero_companions": ("[batch]\nmax_companions = 0\n", "batch.max_companions", "allowed: [1,"),
     # Every number finite and in range (issue 20 #8): TOML reads nan and inf as floats.
     "nan_example_timeout": (

@@ -844,7 +844,9 @@ class Campaign:
             share_end = started + max(schedule.control_budget_s - schedule.control_seconds, 0.0)
             session.runner.deadline = min(deadline, share_end) if deadline else share_end
         try:
-            others = [c for c in schedule.controls() if c is not item and c.searching and not c.done]
+            others = [
+                c for c in schedule.controls() if c is not item and c.searching and not c.done
+            ]
             control = session.control(
                 op, prop, stop_at=turn_end, seed=seed, database=database, shrink=not others
             )

@@ -285,10 +285,10 @@ class Session:
             verdict = spec.judge(observation)
         if spec.explain is not None:  # logprobs: the ops the model used that are not claimed
             verdict = spec.explain(verdict, observation, self.hello("enabled").covered)
-        if prop == "determinism" and verdict.ok and not getattr(verdict, "degenerate", ""):
-            if self._cross_process_due(op, switch, case):
-                across = self._across_processes(case, switch, observation, fresh, patience)
-                verdict = verdict if across is None else across
+        cross = prop == "determinism" and verdict.ok and not getattr(verdict, "degenerate", "")
+        if cross and self._cross_process_due(op, switch, case):
+            across = self._across_processes(case, switch, observation, fresh, patience)
+            verdict = verdict if across is None else across
         return verdict
 
     def _cross_process_due(self, op: str, switch: str, case: Case) -> bool:
@@ -310,7 +310,8 @@ class Session:
         """Determinism across processes: the case's first call in a second, freshly started
         worker (spawned, never forked, kept for the session) against this worker's, bitwise.
         Per-process state (an autotuner's pick, a thread-count decision, a cache warmed by the
-        first call) shows here. In a fresh-process confirmation: the fresh worker's observation against one more."""
+        first call) shows here. In a fresh-process confirmation: the fresh worker's
+        observation against one more fresh worker's."""
         from ..model.properties import Verdict, same_outputs
 
         if fresh:  # ``observation`` came from a fresh worker already: one more
@@ -318,9 +319,9 @@ class Session:
             second = self.runner.fresh("determinism", case, switch, patience=patience)
         else:
             deadline = self.runner.deadline
-            if self._second is None and deadline is not None:
-                if deadline - time.monotonic() < CROSS_PROCESS_START_LEFT_S:
-                    return None  # no time left to start a second worker: not compared
+            late = deadline is not None and deadline - time.monotonic() < CROSS_PROCESS_START_LEFT_S
+            if self._second is None and late:
+                return None  # no time left to start a second worker: not compared
             if self._second is None:
                 self._second = Runner(
                     self.target,
@@ -555,9 +556,12 @@ class Session:
                 f"[{same.switch}] ({same.error_type} from {op}), shrunk and confirmed there"
             )
         if same is not None:
-            reproduced, confirmation = same.reproduced_in_fresh_process, (
-                f"as {same.op} {same.property} [{same.switch}] (the same failure): "
-                f"{same.confirmation}"
+            reproduced, confirmation = (
+                same.reproduced_in_fresh_process,
+                (
+                    f"as {same.op} {same.property} [{same.switch}] (the same failure): "
+                    f"{same.confirmation}"
+                ),
             )
         elif confirm:
             kind = confirm_kind or ("mismatch" if failure.kind == PROMISE else failure.kind)

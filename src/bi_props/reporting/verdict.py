@@ -53,7 +53,7 @@ def verdict_line(data: ReportData) -> str:
 
 
 def degenerate_line(report: dict) -> str:
-    """"degenerate: 812 of 5,300 examples (...)": the cells' examples that compared nothing that
+    """ "degenerate: 812 of 5,300 examples (...)": the cells' examples that compared nothing that
     could depend on the property (N = 0, K = 0, or both calls raising the same error), counted
     apart and never as passes; "" when there were none."""
     d = report.get("degenerate") or {}
