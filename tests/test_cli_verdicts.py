@@ -176,3 +176,27 @@ def test_the_suites_control_test_fails_a_blind_control_only_when_strict(strict: 
         return
     with pytest.raises(pytest.fail.Exception, match=r"blind negative control \(mm batch_inv"):
         test_batch_variance_control(session, "mm", "batch_invariance", "disabled")
+
+
+@pytest.mark.parametrize(
+    "line, key",
+    [
+        ("example_timeout_s = nan", "runner.example_timeout_s"),
+        ("start_timeout_s = inf", "runner.start_timeout_s"),
+        ("control_examples = -5", "runner.control_examples"),
+    ],
+)
+def test_a_space_file_with_a_bad_number_is_a_usage_error(
+    line: str, key: str, tmp_path: Path, capsys, no_campaign
+) -> None:
+    """Issue 20 #8: every number of a space file finite and in range; one line naming the file,
+    the key and the allowed range; exit 2, before any campaign starts."""
+    space = tmp_path / "space.toml"
+    space.write_text(f"[runner]\n{line}\n")
+    try:
+        code, err = _fuzz(capsys, "--strategies", str(space), "--out", str(tmp_path / "out"))
+    except SystemExit as exc:
+        code, err = exc.code, capsys.readouterr().err
+    assert code == 2, err
+    assert err.count("\n") == 1, err
+    assert str(space) in err and f"key '{key}'" in err and "allowed: " in err, err

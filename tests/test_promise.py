@@ -80,8 +80,11 @@ def test_a_target_without_the_promise_keeps_model_results_as_not_claimed(monkeyp
 
 
 def test_unclaimed_ops_record_batch_variance_with_the_switch_on(monkeypatch):
+    """Without the promise (a library that claims some ops), an unclaimed op's batch variance
+    is observed and reported, never a failure (under a promise it is a ``promise`` finding:
+    test_a_promise_target_fails_on_an_unswapped_batch_variant_op)."""
     ok = Verdict(True)
-    session = _session(monkeypatch, ("bmm",), True, [ok, VARIANT, VARIANT, ok])
+    session = _session(monkeypatch, ("bmm",), False, [ok, VARIANT, VARIANT, ok])
     big, small = _case("mm", 9, companions=2), _case("mm", 2)
     for case in (_case("mm", 1), big, small, _case("mm", 1)):
         session.check("mm", "batch_invariance", "enabled", case)  # never raises: not claimed
@@ -91,7 +94,7 @@ def test_unclaimed_ops_record_batch_variance_with_the_switch_on(monkeypatch):
     assert entry["case"] == repr(small)  # the smallest variant case seen
     assert entry["property"] == "batch_invariance" and "Mismatched" in entry["message"]
     # An unclaimed op that stayed invariant says so too.
-    quiet = _session(monkeypatch, ("bmm",), True, [ok, ok])
+    quiet = _session(monkeypatch, ("bmm",), False, [ok, ok])
     for m in (1, 2):
         quiet.check("sum", "batch_invariance", "enabled", _case("sum", m))
     assert quiet.unclaimed["sum"] == {
@@ -103,7 +106,51 @@ def test_unclaimed_ops_record_batch_variance_with_the_switch_on(monkeypatch):
     }
     report = session.report()
     assert report["unclaimed"] == [{"op": "mm", **entry}]
-    assert report["promises_inference"] is True
+    assert report["promises_inference"] is False
+
+
+def test_a_promise_target_fails_on_an_unswapped_batch_variant_op(monkeypatch):
+    """Issue 20 #6: under a switch that promises batch-invariant inference (vllm, vllm-engine,
+    ascend, verl), an op the target does not swap that is batch-variant with the switch on is a
+    finding of kind ``promise`` naming the op (before: only observed, exit 0)."""
+    from bi_props.reporting.data import exit_status
+
+    ok = Verdict(True)
+    session = _session(monkeypatch, ("bmm",), True, [ok, VARIANT])
+    session.check("mm", "batch_invariance", "enabled", _case("mm", 1))  # invariant: no finding
+    with pytest.raises(PropertyFailed, match="promise broken"):
+        session.check("mm", "batch_invariance", "enabled", _case("mm", 2))
+    [finding] = session.findings
+    assert (finding.op, finding.property, finding.switch, finding.kind) == (
+        "mm",
+        "batch_invariance",
+        "enabled",
+        "promise",
+    )
+    assert "not swapped: mm" in finding.message and "the target claims ['bmm']" in finding.message
+    assert finding.reproduced_in_fresh_process is True, finding.confirmation  # as a mismatch
+    assert session.unclaimed["mm"]["batch_variant"] is True  # still reported as observed
+    assert exit_status(session.report()) == 1
+
+
+def test_routing_not_observable_for_every_op_is_no_verdict_exit_3(monkeypatch):
+    """Issue 20 #6: routing "not observable" for every op never reached the exit status."""
+    from bi_props.reporting.data import exit_status, no_routing_verdict
+
+    why = "routing not observable: no ROUTES, no KERNEL_PREFIX"
+    blind = Verdict(False, why, "not_observable")
+    session = _session(monkeypatch, ("mm", "sum"), True, [blind, blind])
+    session.check("mm", "routing", "enabled", _case("mm", 2))
+    session.check("sum", "routing", "enabled", _case("sum", 2))
+    report = session.report()
+    assert report["routing_observed"] == [] and no_routing_verdict(report)
+    assert exit_status(report) == 3
+    # One op observed on evidence: the others are reported, the run has a routing verdict.
+    seen = _session(monkeypatch, ("mm", "sum"), True, [blind, Verdict(True)])
+    seen.check("mm", "routing", "enabled", _case("mm", 2))
+    seen.check("sum", "routing", "enabled", _case("sum", 2))
+    assert seen.report()["routing_observed"] == ["sum"]
+    assert exit_status(seen.report()) == 0
 
 
 def test_claimed_ops_and_other_properties_are_not_recorded_as_unclaimed(monkeypatch):
@@ -202,3 +249,26 @@ def test_reports_show_unclaimed_ops_and_unobservable_routing(tmp_path: Path):
     assert skip.get("message") == "routing not observable: no dump"
     [skip] = [c.find("skipped") for n, c in cases.items() if n.startswith("mm batch_invariance")]
     assert skip.get("message").startswith("not claimed, batch-variant with the switch on: yes")
+
+
+def test_the_pytest_plugin_exits_3_by_the_same_rules(monkeypatch):
+    """Issue 20 #5/#6 in the plugin: an internal error (here: in a negative control) or routing
+    not observable for any op makes the pytest session exit 3, like ``bi-props fuzz``."""
+    from types import SimpleNamespace
+
+    from bi_props import plugin
+
+    session = _session(monkeypatch, ("mm",), True, [])
+    session.judge_switching = lambda: None
+    session.internal("negative control mm batch_invariance [disabled]: bi_props failed")
+    stash = {plugin._KEY: SimpleNamespace(_session=session)}
+    config = SimpleNamespace(stash=SimpleNamespace(get=lambda key, default=None: stash.get(key)))
+    pytest_session = SimpleNamespace(config=config, exitstatus=0)
+    plugin.pytest_sessionfinish(pytest_session)
+    assert pytest_session.exitstatus == 3
+    clean = _session(monkeypatch, ("mm",), True, [])
+    clean.judge_switching = lambda: None
+    stash[plugin._KEY] = SimpleNamespace(_session=clean)
+    pytest_session = SimpleNamespace(config=config, exitstatus=0)
+    plugin.pytest_sessionfinish(pytest_session)
+    assert pytest_session.exitstatus == 0

@@ -182,3 +182,66 @@ def test_targets_of_one_campaign_take_first_turns_in_alternation() -> None:
     log = _run(schedule, {}, 20.0)
     firsts = [item.key[0] for _, item in log[:6]]
     assert firsts == ["lib", "cpu"] * 3, firsts
+
+
+def test_controls_that_saw_variance_leave_their_share_to_the_blind_ones() -> None:
+    """Issue 20 #1: each control gets turns until it has seen variance or spent its quota,
+    within the control share; a control that saw variance early (shrinking) takes no turn while
+    another is still searching, so the blind ones get what it did not use."""
+    schedule = Scheduler(100.0, control_share=0.1)
+    _cells(schedule, 4, 4, 10)
+    seeing = {f"c{i}" for i in range(5)}  # these see variance in their first turn
+    now = 0.0
+    while (picked := schedule.next(now)) is not None:
+        item, limit = picked
+        if item.kind == "control" and item.key in seeing:
+            assert all(not c.searching for c in schedule.controls() if c.key in seeing) or (
+                item.turns == 0
+            ), "a shrinking control took a turn while others were still searching"
+            item.searching = False
+        # A control's turn ends at its first variance (0.2 s here); other turns use their limit.
+        spent = 0.2 if item.kind == "control" and item.key in seeing and item.turns == 0 else limit
+        schedule.done(item, spent, 10)
+        now += spent
+    control_s = sum(c.seconds for c in schedule.controls())
+    assert control_s <= 10.0 + 1e-9
+    blind = [c.seconds for c in schedule.controls() if c.key not in seeing]
+    early = [c.seconds for c in schedule.controls() if c.key in seeing]
+    assert max(early) <= 0.2 + 1e-9, early  # one turn each, ended at the first variance
+    assert min(blind) >= 1.6, blind  # 1.0 s each if the share were split over all ten
+
+
+def test_a_shrinking_control_waits_while_another_searches() -> None:
+    schedule = Scheduler(100.0, control_share=0.5)
+    schedule.add(Item("e0", "cell", "enabled"))
+    shrinking = schedule.add(Item("c0", "control", "disabled"))
+    searching = schedule.add(Item("c1", "control", "disabled"))
+    shrinking.searching = False
+    schedule.done(schedule.items[0], 10.0, 10)  # the cell ran: the controls' share is due
+    picks = []
+    now = 10.0
+    for _ in range(6):
+        item, limit = schedule.next(now)
+        picks.append(item.key)
+        schedule.done(item, limit, 10)
+        now += limit
+    assert "c1" in picks and picks.index("c1") < (picks.index("c0") if "c0" in picks else 99)
+    assert searching.seconds > shrinking.seconds
+
+
+def test_a_control_whose_first_turn_paid_a_warm_up_gets_its_next_turn() -> None:
+    """Issue 20 #1: README command 1 left the mm control with 2 examples: its first turn paid
+    mm's warm-up in the worker, and least-time-first never picked it again within the share."""
+    schedule = Scheduler(60.0)
+    _cells(schedule, 4, 4, 4)
+    now, turns = 0.0, {}
+    while (picked := schedule.next(now)) is not None:
+        item, limit = picked
+        spent = limit
+        if item.kind == "control":
+            turns[item.key] = turns.get(item.key, 0) + 1
+            if item.key == "c0" and item.turns == 0:
+                spent = 3.0  # a slow first example: the first turn ran far past its limit
+        schedule.done(item, spent, 10)
+        now += spent
+    assert turns.get("c0", 0) >= 2, turns

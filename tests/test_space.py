@@ -173,8 +173,44 @@ BAD = {
         "hypothesis.database",
         "'directory' or 'none'",
     ),
-    "zero_examples": ("[hypothesis]\nmax_examples = 0\n", "hypothesis.max_examples", "at least 1"),
-    "zero_companions": ("[batch]\nmax_companions = 0\n", "batch.max_companions", "at least 1"),
+    "zero_examples": (
+        "[hypothesis]\nmax_examples = 0\n",
+        "hypothesis.max_examples",
+        "allowed: [1,",
+    ),
+    "zero_companions": ("[batch]\nmax_companions = 0\n", "batch.max_companions", "allowed: [1,"),
+    # Every number finite and in range (issue 20 #8): TOML reads nan and inf as floats.
+    "nan_example_timeout": (
+        "[runner]\nexample_timeout_s = nan\n",
+        "runner.example_timeout_s",
+        "must be a finite number, got nan; allowed: (0, 86400] (seconds)",
+    ),
+    "inf_start_timeout": (
+        "[runner]\nstart_timeout_s = inf\n",
+        "runner.start_timeout_s",
+        "must be a finite number, got inf; allowed: (0, 86400] (seconds)",
+    ),
+    "negative_control_examples": (
+        "[runner]\ncontrol_examples = -5\n",
+        "runner.control_examples",
+        "out of range, got -5; allowed: [1,",
+    ),
+    "zero_example_timeout": (
+        "[runner]\nexample_timeout_s = 0\n",
+        "runner.example_timeout_s",
+        "out of range, got 0",
+    ),
+    "nan_control_share": (
+        "[runner]\ncontrol_share = nan\n",
+        "runner.control_share",
+        "must be a finite number, got nan; allowed: [0, 1]",
+    ),
+    "control_share_above_one": (
+        "[runner]\ncontrol_share = 1.5\n",
+        "runner.control_share",
+        "out of range, got 1.5",
+    ),
+    "zero_boundary": ("[shapes]\nboundaries = [16, 0]\n", "shapes.boundaries", "extents >= 1"),
     "zero_head_dim": ("[attention]\nhead_dims = [8, 0]\n", "attention.head_dims", "positive"),
     "strings_for_ints": (
         '[shapes]\nboundaries = ["16"]\n',
@@ -228,3 +264,10 @@ def test_space_error_is_a_value_error():
     assert issubclass(SpaceError, ValueError)
     with pytest.raises(ValueError, match=r"mem\.toml: key 'dtypes\.choices'"):
         parse({"dtypes": {"choices": ["int8"]}}, "mem.toml", "p")
+
+
+def test_cross_process_every_is_read_and_validated(tmp_path):
+    assert parse({"runner": {"cross_process_every": 0}}, "m.toml", "p").cross_process_every == 0
+    assert parse({}, "m.toml", "p").cross_process_every == 8
+    with pytest.raises(SpaceError, match=r"key 'runner.cross_process_every': out of range"):
+        parse({"runner": {"cross_process_every": -1}}, "m.toml", "p")

@@ -340,3 +340,139 @@ def test_a_kernel_right_only_when_replayed_is_a_flaky_finding(monkeypatch) -> No
     assert finding.kind == "flaky", finding.message
     assert "replay of the same case in the same worker: passed" in finding.message
     assert finding.reproduced_in_fresh_process is True, finding.confirmation
+
+
+def test_an_internal_error_inside_a_control_is_the_runs_internal_error_and_exit_3() -> None:
+    """Issue 20 #5: ``Session.control`` swallowed every exception: an InternalError raised by
+    every observation left the control "searching ... 12 of 200", no internal error, exit 0."""
+    from bi_props.campaigns.campaign import Ledger
+
+    session = session_judged_by(lambda case, fresh: Verdict(True))
+
+    def observe(prop, case, switch):
+        raise InternalError("worker: bi_props failed while observing")
+
+    session.runner.observe = observe
+    control = session.control("mm", "batch_invariance", examples=12, seed=1)
+    assert not control.variance_seen
+    assert control.state == "done" and control.message.startswith("INTERNAL ERROR"), control
+    [error] = session.internal_errors
+    assert error.startswith("negative control mm batch_invariance [disabled]: "), error
+    assert "InternalError" in error and "bi_props failed while observing" in error
+    assert session.status == "internal error"
+    assert Ledger.exit_status(None, {"findings": [], "status": session.status}) == 3
+
+
+def test_a_judges_bug_inside_a_control_is_an_internal_error_not_no_variance(monkeypatch) -> None:
+    from dataclasses import replace
+
+    from bi_props.model import property_spec
+
+    session = session_judged_by(lambda case, fresh: Verdict(True))
+    session.runner.observe = lambda prop, case, switch: object()
+    spec = property_spec.get("batch_invariance")
+
+    def broken(observation):
+        raise KeyError("a judge's bug")
+
+    monkeypatch.setattr(property_spec, "get", lambda name: replace(spec, judge=broken))
+    control = session.control("mm", "batch_invariance", examples=5, seed=1)
+    assert control.message.startswith("INTERNAL ERROR"), control
+    assert "KeyError" in session.internal_errors[0]
+
+
+def test_one_failure_class_is_shrunk_and_confirmed_once_across_properties() -> None:
+    """Issue 20 #6 (findings do not starve the campaign): the same exception from one op in
+    several properties (a half-installed kernel raising TypeError) is one failure class: the
+    first cell shrinks it and confirms it in a fresh process; the others record it at once as
+    the same failure, without a shrink or a second fresh worker."""
+    fresh_runs: list[Case] = []
+
+    def judge(case: Case, fresh: bool) -> Verdict:
+        if fresh:
+            fresh_runs.append(case)
+        return Verdict(False, "the op raised TypeError: bad dtype", "error", "TypeError")
+
+    session = session_judged_by(judge)
+    first = Cell("mm", "reference", "enabled")
+    run_slice(session, first, 50, None, seed=1)
+    assert len(fresh_runs) == 1 and first.done
+    other = Cell("mm", "determinism", "enabled")
+
+    def judge_other(case: Case, fresh: bool) -> Verdict:
+        if fresh:
+            fresh_runs.append(case)
+        return Verdict(
+            False,
+            "second run (actual) vs first run (desired): one call raised ...\n"
+            "  first:  TypeError: bad dtype\n  second: TypeError: bad dtype",
+            "error",
+            "TypeError",
+        )
+
+    session.judge = lambda op, prop, switch, case, fresh=False, patience=1.0: judge_other(
+        case, fresh
+    )
+    ran = run_slice(session, other, 50, None, seed=2)
+    assert ran == 1 and other.done, ran  # no shrink: recorded at its first failing example
+    assert len(fresh_runs) == 1, fresh_runs  # no second fresh-process confirmation
+    first_finding, second = session.findings
+    assert second.property == "determinism" and second.kind == "error"
+    assert second.shrink.startswith("not shrunk again: the same failure as mm reference")
+    assert second.confirmation.startswith("as mm reference [enabled] (the same failure)")
+    assert second.reproduced_in_fresh_process == first_finding.reproduced_in_fresh_process
+
+
+def test_a_control_asked_not_to_shrink_ends_its_turn_at_the_first_variance(monkeypatch) -> None:
+    """Issue 20 #1: while other controls are still searching, a control that sees variance
+    stops there (the case saved in the example database, shrunk in a later turn), leaving the
+    rest of its turn to the blind ones."""
+    from dataclasses import replace
+
+    from hypothesis.database import InMemoryExampleDatabase
+
+    from bi_props.model import property_spec
+
+    session = session_judged_by(lambda case, fresh: Verdict(True))
+    judged: list[Case] = []
+    session.runner.observe = lambda prop, case, switch: case
+    spec = property_spec.get("batch_invariance")
+
+    def judge(case):
+        judged.append(case)
+        return Verdict(False, "bits differ") if case.shape[0] >= 3 else Verdict(True)
+
+    monkeypatch.setattr(property_spec, "get", lambda name: replace(spec, judge=judge))
+    database = InMemoryExampleDatabase()
+    control = session.control(
+        "mm", "batch_invariance", seed=1, database=database, stop_at=time.monotonic() + 60,
+        shrink=False,
+    )  # fmt: skip
+    assert control.variance_seen and control.state == "shrinking", control
+    variant = [i for i, c in enumerate(judged) if c.shape[0] >= 3]
+    assert len(judged) <= variant[0] + 2, (len(judged), variant[:3])  # no shrink this turn
+    later = session.control("mm", "batch_invariance", seed=2, database=database)
+    assert later.state == "done" and later.shrink == "complete", later
+
+
+def test_the_failure_class_is_the_exception_whatever_the_propertys_words() -> None:
+    from bi_props.campaigns.session import failure_class
+
+    case = mm_case(2, 3)
+    words = {
+        "reference": "the op raised TypeError: bad dtype",
+        "determinism": "second run ...:\n  first:  TypeError: bad dtype\n  second: ...",
+        "parity": "contract parity: enabled TypeError: bad dtype; disabled returned normally",
+        "routing": "the op raised TypeError: bad dtype",
+    }
+    classes = {
+        failure_class(Failure("mm", prop, "enabled", case, "error", text, "TypeError"))
+        for prop, text in words.items()
+    }
+    assert classes == {("mm", "error", "TypeError", "bad dtype")}
+    other_op = Failure(
+        "bmm", "reference", "enabled", case, "error", words["reference"], "TypeError"
+    )
+    assert failure_class(other_op) != classes.pop()
+    mismatch = Failure("mm", "reference", "enabled", case, "mismatch", "bits differ", None)
+    assert failure_class(mismatch) is None  # a mismatch is each property's own evidence

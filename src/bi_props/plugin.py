@@ -408,6 +408,18 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             pass
     if state is not None and state._session is not None:
         state._session.judge_switching()  # the `switching` property, once per session
+        status = verdict_exit_status(state._session)
+        if status == 3:  # same rules as bi-props fuzz: no trustworthy verdict
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR  # 3
+
+
+def verdict_exit_status(bi_session) -> int:
+    """The exit status the campaign rules (``reporting.data.exit_status``) give this session:
+    3 when bi_props itself failed (in a test or a negative control) or routing was not
+    observable for any op; pytest's own outcomes decide the rest (1 for a failed test)."""
+    from .reporting.data import exit_status
+
+    return exit_status(bi_session.report())
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
@@ -456,6 +468,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
             )
     for message in session.internal_errors:
         tr.line(f"INTERNAL ERROR (a bug of bi_props): {message}", red=True, bold=True)
+    from .reporting.data import NO_ROUTING_VERDICT, no_routing_verdict
+    from .reporting.verdict import degenerate_line
+
+    report = session.report()
+    if degenerate_line(report):
+        tr.line(degenerate_line(report), yellow=True)
+    if no_routing_verdict(report):
+        tr.line(NO_ROUTING_VERDICT, red=True, bold=True)
     for entry in session.known_status:
         color = {"fixed": {"green": True}, "known": {"yellow": True}}.get(entry["status"], {})
         tr.line(

@@ -86,6 +86,17 @@ def _status(ledger: Ledger) -> str:
     return "complete"
 
 
+def _merge_degenerate(reports: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The targets' degenerate examples together (``Session.degenerate_summary``)."""
+    merged: dict[str, Any] = {"examples": 0, "of": 0, "cells": []}
+    for target, r in reports.items():
+        d = r.get("degenerate") or {}
+        merged["examples"] += int(d.get("examples", 0))
+        merged["of"] += int(d.get("of", 0))
+        merged["cells"] += [{**c, "target": target} for c in d.get("cells", [])]
+    return merged
+
+
 def derive_seed(*parts: Any) -> int:
     """A 64-bit seed from the parts (same parts, same seed, on every machine and Python)."""
     digest = hashlib.sha256(repr(tuple(parts)).encode()).digest()
@@ -479,6 +490,7 @@ class Ledger:
                 "internal_errors": [
                     e for r in reports.values() for e in r.get("internal_errors", [])
                 ],
+                "degenerate": _merge_degenerate(reports),
                 "profile": self.space.profile,
                 "strategies": self.space.source,
                 "examples": previous_examples + this_run,
@@ -527,7 +539,7 @@ class Ledger:
             }
         )
         if len(reports) > 1:
-            for key in ("routing_not_observable", "unclaimed", "routing_notes"):
+            for key in ("routing_not_observable", "unclaimed", "routing_notes", "routing_observed"):
                 report[key] = [
                     {**e, "target": t} if isinstance(e, dict) else f"{t}: {e}"
                     for t, r in reports.items()
@@ -571,19 +583,10 @@ class Ledger:
         else 1 when the campaign holds a finding not marked known (or fixed and not seen again);
         else 130 when interrupted, else 3 when no enabled-state cell ran (incomplete: no
         verdict), else 0."""
-        from ..reporting.data import finding_statuses
+        from ..reporting.data import exit_status
 
         report = report if report is not None else self.report()
-        statuses = finding_statuses(report)
-        if report.get("status") == STATUS_INTERNAL or any(
-            s.failing and s.finding.get("kind") == INTERNAL for s in statuses
-        ):
-            return 3
-        if any(s.failing for s in statuses):
-            return 1
-        if self.interrupted:
-            return 130
-        return EXIT_INCOMPLETE if report.get("status") == "incomplete" else 0
+        return exit_status(report, bool(getattr(self, "interrupted", False)))
 
     def progress(self, what: str, examples: int) -> None:
         """One line per turn (no carriage returns, no colours): readable in a CI log."""
@@ -810,7 +813,9 @@ class Campaign:
         for target, state in states.items():
             for control in state.session.controls:
                 key = (target, control.op, control.property)
-                schedule.add(Item(key, "control", "disabled", done=control.state == "done"))
+                item = Item(key, "control", "disabled", done=control.state == "done")
+                item.searching = not control.variance_seen
+                schedule.add(item)
         start = ledger.started_monotonic
         while True:
             now = time.monotonic()
@@ -839,11 +844,17 @@ class Campaign:
             share_end = started + max(schedule.control_budget_s - schedule.control_seconds, 0.0)
             session.runner.deadline = min(deadline, share_end) if deadline else share_end
         try:
-            control = session.control(op, prop, stop_at=turn_end, seed=seed, database=database)
+            others = [
+                c for c in schedule.controls() if c is not item and c.searching and not c.done
+            ]
+            control = session.control(
+                op, prop, stop_at=turn_end, seed=seed, database=database, shrink=not others
+            )
         finally:
             session.runner.deadline = deadline
         seconds = time.monotonic() - started
         ran = control.examples - before
+        item.searching = not control.variance_seen
         schedule.done(item, seconds, ran, finished=control.state == "done")
         ledger.turn(
             "control", target, f"control {op} {prop}", ran, seconds, 0.0, turn_end - started
@@ -927,6 +938,10 @@ def summary(ledger: Ledger, log: TextIO = sys.stderr) -> None:
                 f"({c.get('state', 'done')}): {BLIND_CONTROL}",
                 file=log,
             )
+    from ..reporting.verdict import degenerate_line
+
+    if degenerate_line(report):
+        print(f"bi-props: {degenerate_line(report)}", file=log)
     campaign = report.get("campaign") or {}
     shares = (campaign.get("time") or {}).get("shares") or {}
     if shares:
@@ -936,6 +951,10 @@ def summary(ledger: Ledger, log: TextIO = sys.stderr) -> None:
         )
     if campaign.get("overrun_s"):
         print(f"bi-props: ran {campaign['overrun_s']:.1f} s past the budget", file=log)
+    from ..reporting.data import NO_ROUTING_VERDICT, no_routing_verdict
+
+    if no_routing_verdict(report):
+        print(f"bi-props: {NO_ROUTING_VERDICT}", file=log)
     if report.get("status") == "incomplete" and cells:
         print(
             "bi-props: INCOMPLETE: no enabled-state cell ran, so there is no verdict (exit 3); "

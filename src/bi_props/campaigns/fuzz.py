@@ -58,6 +58,12 @@ class BudgetSpent(KeyboardInterrupt):
     run as a failure; ``run_slice`` records the smallest failing case seen instead."""
 
 
+class SameFailure(KeyboardInterrupt):
+    """Raised inside a slice whose failure is of a class already recorded (the same exception
+    from the same op in another property: ``session.failure_class``): no shrink, no second
+    fresh-process confirmation; ``run_slice`` records it at once as the same failure."""
+
+
 class TurnOver(KeyboardInterrupt):
     """Raised inside a slice whose turn is over (its time limit, or the campaign's end) while no
     failure is pending: the slice ends quietly, the cell stays live."""
@@ -117,6 +123,7 @@ def run_slice(
     first_turn = cell.turns == 0
     cell.turns += 1
     is_settled = getattr(session, "settled", lambda signature: False)
+    same_failure = getattr(session, "same_failure", lambda failure: None)
 
     @settings(
         max_examples=examples,
@@ -161,6 +168,8 @@ def run_slice(
                 kept = smallest.get(signature)
                 if kept is None or case_size(failure.case) < case_size(kept.case):
                     smallest[signature] = failure
+                if not settled[signature] and same_failure(failure) is not None:
+                    raise SameFailure() from None  # its class was shrunk and confirmed once
             raise
 
     key = database_key(session.target, cell.op, cell.prop, cell.switch)
@@ -180,6 +189,11 @@ def run_slice(
         slice_test()
     except TurnOver:
         pass
+    except SameFailure:  # recorded at once (finalize refers to the first of its class)
+        for failure in smallest.values():
+            if not session.recorded(failure):
+                session.finalize(failure)
+        cell.done = not all(settled.values())
     except BudgetSpent:
         spent = time.monotonic() - started
         for failure in smallest.values():

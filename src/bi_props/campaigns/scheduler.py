@@ -4,12 +4,22 @@ A campaign's budget is spent in *turns*. The scheduler holds one ``Item`` per ce
 switch state) and one per negative control, and answers ``next(now)`` with the item to run and the
 turn's time limit. Its policy, in order:
 
-1. **Controls share the budget.** Control turns are taken only while the controls' time is below
-   ``control_share`` x the time scheduled so far (so they are interleaved, never first), and a
-   control turn may last at most what is left of ``control_share`` x budget (and at most an equal
-   part of it per control, so that each gets a turn): the controls' total stays within their
-   share. Once every cell is retired, unfinished controls may use what is left of the budget
-   (their search or shrink continues at the end). A share of 0 turns the controls off.
+1. **Controls share the budget, and none is starved.** Control turns are taken only while the
+   controls' time is below ``control_share`` x the time scheduled so far (so they are
+   interleaved, never first); the controls' total stays within ``control_share`` x budget.
+   Within it, a control that is still *searching* (no variance seen yet) gets turns until it has
+   seen variance or spent its quota (``[runner] control_examples`` examples, after which it is
+   done and says so); the searching controls take turns in rounds (fewest turns first, then
+   least time: a control whose first turn paid the op's warm-up in the worker is not pushed
+   behind the others), so the share is split evenly between them, and what a control that
+   saw variance early did not use goes to those still searching. A turn lasts at most the
+   share left divided among the controls still searching, and at least ``MIN_TURN_S``; while
+   others search, a control's turn ends at its first variance (the campaign asks
+   ``Session.control`` for no shrink), so an early variance frees time for the others.
+   Controls that saw variance and are *shrinking* take turns only when no control is
+   searching. Once every cell is retired, unfinished controls may
+   use what is left of the budget (their search or shrink continues at the end). A share of 0
+   turns the controls off.
 2. **First turns, where bugs are first.** Cells that have not had a turn go first: enabled-state
    and ``parity`` cells before disabled-state ones, cells of ops the target claims (its own
    kernels) before those it leaves to stock kernels; within that, the targets of a campaign take
@@ -63,6 +73,7 @@ class Item:
     seen: set = field(default_factory=set, repr=False)
     max_distance: int | None = None
     claimed: bool = True  # the target claims the op (its own kernel): where its bugs can be
+    searching: bool = True  # a control that has seen no variance yet (the campaign updates it)
     group: Any = None  # the target: first turns alternate between targets of equal priority
 
     @property
@@ -137,14 +148,17 @@ class Scheduler:
         live_cells = [c for c in self.cells() if not c.done]
         live_controls = [c for c in self.controls() if not c.done]
         if live_controls and self.control_share > 0:
-            control = min(live_controls, key=lambda c: (c.seconds, c.order))
+            # Searching controls first (none starved); shrinking ones when none is searching.
+            pool = [c for c in live_controls if c.searching] or live_controls
+            # Fewest turns first, then least time: a control whose first turn paid a warm-up
+            # (the op's first call in the worker) is not pushed behind all the others.
+            control = min(pool, key=lambda c: (c.turns, c.seconds, c.order))
             share_left = self.control_budget_s - self.control_seconds
             scheduled = max(now - self.started_at, 0.0)
             if not live_cells:  # every cell retired: the controls may finish with what is left
                 return control, left
             if share_left > 0 and self.control_seconds < self.control_share * scheduled:
-                usable = self.control_share * (self.budget_s - self.started_at)  # after start-up
-                fair = max(MIN_TURN_S, usable / len(self.controls()))
+                fair = max(MIN_TURN_S, share_left / len(pool))
                 return control, min(share_left, left, self._turn_s(), fair)
         if not live_cells:
             return None

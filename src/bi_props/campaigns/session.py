@@ -38,6 +38,16 @@ from ..runner.controller import (
 )
 
 INTERNAL = "internal"  # bi_props itself failed (controller side, or InternalError in a worker)
+# An op the target does not swap, batch-variant with the switch on, under a target whose switch
+# promises batch-invariant inference (the fresh process confirms it as a mismatch).
+PROMISE = "promise"
+CROSS_PROCESS_EVERY = 8
+"""The default of ``[runner] cross_process_every``: one determinism example in this many (by a
+hash of the case) is also compared bitwise in a second, freshly started worker: about 12% of
+determinism examples, one extra example each, plus one worker start per switch state per
+session (0 in the space turns it off)."""
+CROSS_PROCESS_START_LEFT_S = 10.0
+"""The second worker is not started when less than this is left of a campaign's budget."""
 FLAKY = "flaky"  # a failure that did not happen again when Hypothesis replayed the same case
 
 # report.json's "status": a plain string, set in one place per run (Session.status, or the
@@ -111,6 +121,21 @@ class Failure:
         return (self.op, self.prop, self.switch, self.kind, self.error_type)
 
 
+def failure_class(failure: Failure) -> tuple | None:
+    """The failure class of an exception: the same exception (type and message) from one op,
+    whatever the property (a half-installed kernel raising TypeError in every cell of its op).
+    A class is shrunk and confirmed once; its other cells are recorded as the same failure.
+    None for failures that name no exception (a mismatch is each property's own evidence)."""
+    if not failure.error_type or failure.kind == INTERNAL:
+        return None
+    import re
+
+    match = re.search(rf"{re.escape(failure.error_type)}: (.*)", failure.message)
+    text = match.group(1) if match else (failure.message.splitlines() or [""])[0]
+    text = text.split("; disabled ")[0]  # parity's message goes on with the other state
+    return (failure.op, failure.kind, failure.error_type, text.strip())
+
+
 def case_size(case: Case) -> tuple:
     """An order on cases, smallest first: elements across the batch, then extents, companions
     and the repr (to break ties). Used to keep the smallest failing case seen while shrinking."""
@@ -150,6 +175,9 @@ class Session:
     not_covered: dict[str, str] = field(default_factory=dict)
     # (op, switch) -> why routing could not be observed (never counted as a pass).
     unobservable: dict[tuple[str, str], str] = field(default_factory=dict)
+    # Ops whose routing [enabled] was judged on evidence at least once: when routing was not
+    # observable for any op, the run gives no routing verdict (exit status 3).
+    routing_observed: set[str] = field(default_factory=set)
     # op -> what the enabled state's batch invariance showed for an op the target does not claim:
     # {"property", "batch_variant", "case" (smallest seen), "examples", "message"}.
     unclaimed: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -179,6 +207,17 @@ class Session:
     _failed_cases: dict[tuple, tuple] = field(default_factory=dict, repr=False)
     # Signatures whose very case passed when it was run again: what makes a failure ``flaky``.
     _passed_again: set[tuple] = field(default_factory=set, repr=False)
+    # Examples judged by the cells (``check``), and those of them that were degenerate: a
+    # verdict that compared no element that could depend on the property, or both calls raising
+    # the same error ("not judged"). (op, prop, switch) -> [count, first reason]; never passes.
+    checked: int = 0
+    degenerate: dict[tuple, list] = field(default_factory=dict, repr=False)
+    _held: bool = field(default=False, repr=False)  # the last check's case did not fail
+    # Determinism across processes: the second worker (started at the first due example), the
+    # comparisons made, and the (op, switch) pairs that differed (then every case is due).
+    _second: Runner | None = field(default=None, repr=False)
+    cross_process_checks: int = 0
+    _cross_hot: set[tuple[str, str]] = field(default_factory=set, repr=False)
 
     def __repr__(self) -> str:  # Hypothesis prints the fixture in every falsifying example
         return f"<bi_props session: target {self.target!r}, space {self.space.source}>"
@@ -246,13 +285,78 @@ class Session:
             verdict = spec.judge(observation)
         if spec.explain is not None:  # logprobs: the ops the model used that are not claimed
             verdict = spec.explain(verdict, observation, self.hello("enabled").covered)
+        cross = prop == "determinism" and verdict.ok and not getattr(verdict, "degenerate", "")
+        if cross and self._cross_process_due(op, switch, case):
+            across = self._across_processes(case, switch, observation, fresh, patience)
+            verdict = verdict if across is None else across
         return verdict
+
+    def _cross_process_due(self, op: str, switch: str, case: Case) -> bool:
+        """Whether this determinism example is also compared across processes: one case in
+        ``CROSS_PROCESS_EVERY`` (by a hash of the case, so a replay of the case is due too),
+        and every case of an (op, switch) that has already differed across processes (so that
+        Hypothesis can shrink it)."""
+        import hashlib
+
+        every = getattr(self.space, "cross_process_every", CROSS_PROCESS_EVERY)
+        if every <= 0:
+            return False
+        if (op, switch) in self._cross_hot:
+            return True
+        digest = hashlib.sha256(repr(case).encode()).digest()
+        return int.from_bytes(digest[:4], "big") % every == 0
+
+    def _across_processes(self, case: Case, switch: str, observation, fresh: bool, patience):
+        """Determinism across processes: the case's first call in a second, freshly started
+        worker (spawned, never forked, kept for the session) against this worker's, bitwise.
+        Per-process state (an autotuner's pick, a thread-count decision, a cache warmed by the
+        first call) shows here. In a fresh-process confirmation: the fresh worker's
+        observation against one more fresh worker's."""
+        from ..model.properties import Verdict, same_outputs
+
+        if fresh:  # ``observation`` came from a fresh worker already: one more
+            first = observation
+            second = self.runner.fresh("determinism", case, switch, patience=patience)
+        else:
+            deadline = self.runner.deadline
+            late = deadline is not None and deadline - time.monotonic() < CROSS_PROCESS_START_LEFT_S
+            if self._second is None and late:
+                return None  # no time left to start a second worker: not compared
+            if self._second is None:
+                self._second = Runner(
+                    self.target,
+                    example_timeout_s=self.space.example_timeout_s,
+                    start_timeout_s=self.space.start_timeout_s,
+                    fork=False,  # its own interpreter: no state shared with the first worker
+                    extra_env={switches.PROVIDER_ENV: self.switch_provider},
+                )
+            self._second.deadline = self.runner.deadline
+            first, second = observation, self._second.observe("determinism", case, switch)
+        self.cross_process_checks += 1
+        verdict = same_outputs(
+            second.calls["first"],
+            first.calls["first"],
+            "first run in a second, freshly started worker (actual) vs the first worker's "
+            "(desired)",
+        )
+        if verdict.ok:
+            return verdict
+        self._cross_hot.add((case.op, switch))
+        return Verdict(
+            False,
+            "determinism across processes: the same call on the same tensors gives other bits "
+            "in another process (a per-process choice: an autotuner's pick, a thread count, "
+            f"a cache warmed by the first call):\n{verdict.message}",
+            verdict.kind,
+            verdict.error_type,
+        )
 
     def check(self, op: str, prop: str, switch: str, case: Case) -> None:
         """Run one example; raise on failure. On Hypothesis' final replay of the minimal failing
         example, re-run it in a brand-new worker and record the finding. A case that failed
         before and passes now is remembered (``passed_again``): the evidence of a flaky one."""
-        if self._check(op, prop, switch, case) and self._failed_cases:
+        self._held = False
+        if (self._check(op, prop, switch, case) or self._held) and self._failed_cases:
             signature = self._failed_cases.pop((op, prop, switch, repr(case)), None)
             if signature is not None:
                 self._passed_again.add(signature)
@@ -284,16 +388,38 @@ class Session:
                 return False
             self._failed(found)
             raise InternalFailure(f"{prop} [{switch}] on {op}: {found.message}") from exc
-        outcome = "ok" if verdict.ok else verdict.kind
+        self.checked += 1
+        degenerate = verdict.ok and getattr(verdict, "degenerate", "")
+        outcome = "degenerate" if degenerate else "ok" if verdict.ok else verdict.kind
         self._note_example(op, prop, switch, case, outcome, coverage_extras(verdict))
+        if degenerate:  # no evidence either way: counted apart, never a pass
+            self._held = True  # but the case did not fail: evidence of a flaky failure
+            entry = self.degenerate.setdefault((op, prop, switch), [0, degenerate])
+            entry[0] += 1
+            return False
         if verdict.kind == "not_covered":
             self.not_covered.setdefault(op, verdict.message)
             return False
         if verdict.kind == "not_observable":
             self.unobservable.setdefault((op, switch), verdict.message)
             return False
+        if prop == "routing" and switch == "enabled":
+            self.routing_observed.add(op)  # judged on evidence (a pass or a failure)
         if switch == "enabled" and not self.covered(op) and not self._promised(prop):
             self._note_unclaimed(op, prop, case, verdict)
+            if self._broken_promise(prop, verdict):  # batch-variant, under a whole-model promise
+                hello = self.hello("enabled")
+                message = (
+                    f"promise broken: target {self.target!r}'s switch promises batch-invariant "
+                    f"inference, but {op} is not swapped (the target claims "
+                    f"{sorted(hello.covered) or 'no op'}; not swapped: {op}) and is "
+                    f"batch-variant with the switch on:\n{verdict.message}"
+                )
+                found = Failure(op, prop, switch, case, PROMISE, message, None)
+                if self._skip_settled(found):
+                    return False
+                self._failed(found)
+                raise PropertyFailed(f"{prop} [{switch}] on {op}:\n{message}")
             if not verdict.ok:
                 self.not_covered.setdefault(op, f"{prop} fails, but the target does not claim {op}")
             return False
@@ -304,6 +430,17 @@ class Session:
             return False
         self._failed(found)
         raise PropertyFailed(f"{prop} [{switch}] on {op}:\n{verdict.message}")
+
+    def _broken_promise(self, prop: str, verdict) -> bool:
+        """An op the target does not claim, batch-variant (a mismatch of a property that reports
+        unclaimed ops) with the switch on, under a switch that promises batch-invariant
+        inference as a whole (vllm, vllm-engine, ascend, verl): the promise is broken."""
+        return (
+            not verdict.ok
+            and verdict.kind == "mismatch"
+            and property_spec.get(prop).reports_unclaimed
+            and bool(self.hello("enabled").promises_inference)
+        )
 
     def _promised(self, prop: str) -> bool:
         """A model-level property of a target whose switch promises batch-invariant inference:
@@ -411,9 +548,25 @@ class Session:
         standalone reproducer. The fresh run confirms only the same property failing with the
         same kind (``confirm_kind``: the kind first seen, for a flaky finding)."""
         op, prop, switch, case = failure.op, failure.prop, failure.switch, failure.case
-        if confirm:
+        same = self.same_failure(failure)
+        if same is not None:  # its class was shrunk and confirmed once: not again
+            confirm = False
+            shrink = (
+                f"not shrunk again: the same failure as {same.op} {same.property} "
+                f"[{same.switch}] ({same.error_type} from {op}), shrunk and confirmed there"
+            )
+        if same is not None:
+            reproduced, confirmation = (
+                same.reproduced_in_fresh_process,
+                (
+                    f"as {same.op} {same.property} [{same.switch}] (the same failure): "
+                    f"{same.confirmation}"
+                ),
+            )
+        elif confirm:
+            kind = confirm_kind or ("mismatch" if failure.kind == PROMISE else failure.kind)
             reproduced, confirmation = self._reproduces_fresh(
-                op, prop, switch, case, confirm_kind or failure.kind, failure.error_type
+                op, prop, switch, case, kind, failure.error_type
             )
         else:
             reproduced, confirmation = None, "not confirmed: not re-run in a fresh process"
@@ -439,6 +592,8 @@ class Session:
             _note("This failure is listed as a known failure.")
         if confirm:
             finding.reproducer = self.write_reproducer(finding, case)
+        elif same is not None:
+            finding.reproducer = same.reproducer
         if finding.reproducer:
             _note(f"Standalone reproducer: {finding.reproducer}")
         self.record(finding)
@@ -519,6 +674,27 @@ class Session:
         )
         return str(repro.write(self.report_path.parent / "repro" / f"{name}.py", text))
 
+    def same_failure(self, failure: Failure) -> Finding | None:
+        """A finding of this session in the same failure class (``failure_class``), if any."""
+        key = failure_class(failure)
+        if key is None:
+            return None
+        for finding in self.findings:
+            if finding.target != self.target or finding.op != failure.op:
+                continue
+            other = Failure(
+                finding.op,
+                finding.property,
+                finding.switch,
+                failure.case,
+                finding.kind,
+                finding.message,
+                finding.error_type,
+            )
+            if failure_class(other) == key:  # the first of its class: shrunk and confirmed
+                return finding
+        return None
+
     def recorded(self, failure: Failure) -> bool:
         """Whether a finding with this failure's full signature is recorded already."""
         full = (self.target, *failure.signature())
@@ -570,6 +746,7 @@ class Session:
         stop_at: float | None = None,
         seed: int | None = None,
         database=None,
+        shrink: bool = True,
     ) -> Control:
         """One turn of a negative control: search for batch variance with the switch off, and
         shrink what shows it toward the smallest case.
@@ -580,8 +757,10 @@ class Session:
         at the first variance. ``stop_at`` (``time.monotonic()``) bounds the turn: no example
         starts after it (the first always runs), so a shrink in flight stops there with the
         smallest case seen by ``case_size``, and a later turn continues it from the example
-        database (``database``: the campaign's; without one, the cut shrink is final). The
-        control's ``state`` says where it stands: searching, shrinking, or done."""
+        database (``database``: the campaign's; without one, the cut shrink is final). With
+        ``shrink`` False the turn ends at its first variance (saved in the example database; a
+        later turn shrinks it): the campaign's scheduler leaves the time to the controls still
+        searching. The control's ``state`` says where it stands: searching, shrinking, or done."""
         control = self._control_entry(op, prop)
         if control.state == "done":
             return control
@@ -590,6 +769,7 @@ class Session:
         left = self.space.control_examples - control.examples
         count = 0
         errors: list[str] = []
+        internal: list[str] = []  # errors of bi_props itself: an internal error of the run
         searched: list[int] = []
         variants: list[tuple[Case, str]] = []  # every variant case seen, in order
         started = time.monotonic()
@@ -615,7 +795,7 @@ class Session:
         )
         @given(data=st.data())
         def search(data):
-            nonlocal count
+            nonlocal count, stop_at
             case = data.draw(strategy, label="case")
             past_end = count and stop_at is not None and time.monotonic() >= stop_at
             if past_end and not is_final_replay():
@@ -628,9 +808,14 @@ class Session:
             except WorkerFailure as exc:  # the disabled cells report it; here it is no variance
                 errors.append(str(exc).splitlines()[0])
                 return
+            except Exception as exc:  # InternalError from a worker, or a judge's bug: ours
+                internal.append(internal_message(exc))
+                raise _Stop() from None
             if not verdict.ok:
                 if not variants:
                     searched.append(count)  # examples until the first variance
+                    if not shrink:  # no shrink in this turn: it ends at the next example
+                        stop_at = time.monotonic()
                 variants.append((case, verdict.message))
                 raise _Variant()
 
@@ -647,8 +832,21 @@ class Session:
             search()
         except _Stop:
             pass
-        except Exception:  # the variance, shrunk (Hypothesis' last replay is the minimal case)
+        except Exception as exc:  # the variance, shrunk (Hypothesis' last replay is minimal)
             complete = bool(variants)
+            if not variants:  # no variance raised it: an error of bi_props (or Hypothesis')
+                internal.append(internal_message(exc))
+        if internal:  # never a silent "searching": the run's internal errors and exit status 3
+            where = f"negative control {op} {prop} [disabled]"
+            self.internal(f"{where}: {internal[0]}")
+            first = internal[0].splitlines()[0]
+            if not control.variance_seen:
+                control.examples += count
+                control.state = "done"
+                control.shrink = "not started"
+                control.message = f"INTERNAL ERROR after {control.examples} example(s): {first}"
+                self.write_report()
+                return control
         if not control.variance_seen:
             control.examples += searched[0] if searched else count
         if variants:
@@ -737,6 +935,7 @@ class Session:
                 for (op, switch), why in self.unobservable.items()
             ],
             "unclaimed": [{"op": op, **entry} for op, entry in self.unclaimed.items()],
+            "routing_observed": sorted(self.routing_observed),
             "routing_notes": self.routing_notes(),
             "properties": self.properties(),
             "promises_inference": self._hello_field("promises_inference"),
@@ -744,7 +943,20 @@ class Session:
             "status": self.status,
             "strict_controls": self.strict_controls,
             "internal_errors": list(self.internal_errors),
+            "degenerate": self.degenerate_summary(),
+            "cross_process_checks": self.cross_process_checks,
             "switching": self.switching or {"ok": None, "message": "not judged yet"},
+        }
+
+    def degenerate_summary(self) -> dict[str, Any]:
+        """The cells' degenerate examples: how many of the judged ones, and per cell why."""
+        return {
+            "examples": sum(n for n, _ in self.degenerate.values()),
+            "of": self.checked,
+            "cells": [
+                {"op": op, "property": prop, "switch": switch, "examples": n, "reason": why}
+                for (op, prop, switch), (n, why) in self.degenerate.items()
+            ],
         }
 
     def _hello_field(self, name: str) -> Any:
@@ -786,6 +998,11 @@ class Session:
         self.flush_examples()
         self.write_report()
         self.runner.close()
+        if self._second is not None:  # nothing to flush there: ended at once, not waited for
+            for pool in (self._second._workers, self._second._zygotes):
+                for worker in pool.values():
+                    worker.kill()
+            self._second.close()
 
 
 def internal_message(exc: BaseException) -> str:

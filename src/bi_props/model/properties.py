@@ -26,9 +26,33 @@ class Verdict:
     # reference rounded once and the slack allowed there, in ulps of the output dtype.
     ulps_observed: int | None = None
     ulps_allowed: float | None = None
+    # Elements the judge compared (None: not a numeric comparison, e.g. routing or parity), and
+    # why a verdict that would pass is no evidence: "" when judged, else the reason (zero
+    # elements, all-zero outputs, both calls raising the same error). Such a verdict keeps
+    # ``ok`` (it is no failure) but the session counts it apart as degenerate, never as a pass.
+    compared: int | None = None
+    degenerate: str = ""
 
 
 PASS = Verdict(True)
+
+
+def _judged(outputs, references=None) -> tuple[int, str]:
+    """(elements compared, degenerate reason) of a passing numeric comparison: degenerate when
+    no element was compared (N = 0, an empty output) or every float element of the actual and
+    the desired is +0.0 (K = 0: a value no summation order can change)."""
+    import numpy as np
+
+    compared = sum(int(np.asarray(o.bits).size) for o in outputs if o.bits is not None)
+    if compared == 0:
+        return 0, "compared zero elements (an empty output)"
+    from .compare import INTEGER_DTYPES
+
+    floats = [o for o in outputs if o.bits is not None and o.dtype not in INTEGER_DTYPES]
+    zeros = len(floats) == len(outputs) and all(not np.asarray(o.bits).any() for o in floats)
+    if zeros and (references is None or all(not np.asarray(r.value).any() for r in references)):
+        return compared, "every compared element is +0.0 (e.g. K = 0): nothing could differ"
+    return compared, ""
 
 
 def _fail(message: str, kind: str = "mismatch", error_type: str | None = None) -> Verdict:
@@ -39,8 +63,10 @@ def same_outputs(a: Call, b: Call, what: str) -> Verdict:
     """Two calls that should agree bit for bit (both raising the same way also agrees); ``a``
     is the actual, ``b`` the desired. The building block of users' judges."""
     if a.raised or b.raised:
-        if a.error_type == b.error_type:
-            return PASS
+        if a.error_type == b.error_type:  # not judged: the parity and reference cells judge it
+            return Verdict(
+                True, compared=0, degenerate=f"not judged: both calls raised {a.error_type}"
+            )
         return _fail(
             f"{what}: one call raised and the other did not, or they raised differently:\n"
             f"  first:  {a.describe_error() if a.raised else 'returned normally'}\n"
@@ -61,7 +87,8 @@ def same_outputs(a: Call, b: Call, what: str) -> Verdict:
         mismatch = compare_bits(x.bits, y.bits, x.dtype, label)
         if mismatch is not None:
             return _fail(str(mismatch))
-    return PASS
+    compared, degenerate = _judged(a.outputs)
+    return Verdict(True, compared=compared, degenerate=degenerate)
 
 
 def batch_invariance(obs: Observation) -> Verdict:
@@ -166,7 +193,14 @@ def reference(obs: Observation) -> Verdict:
         use = observed / allowed if allowed > 0 else float(observed > 0)
         if use > worst[0]:
             worst = (use, observed, allowed)
-    return Verdict(True, ulps_observed=worst[1], ulps_allowed=worst[2])
+    compared, degenerate = _judged(call.outputs, obs.references)
+    return Verdict(
+        True,
+        ulps_observed=worst[1],
+        ulps_allowed=worst[2],
+        compared=compared,
+        degenerate=degenerate,
+    )
 
 
 def ulp_line(observed: int, allowed: float) -> str:

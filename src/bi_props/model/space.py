@@ -77,6 +77,9 @@ class Space:
     control_examples: int = 200
     control_share: float = 0.15  # largest share of a campaign's budget the controls may use
     fork_workers: bool = True  # replacement workers forked from a loaded parent (CPU targets)
+    # One determinism example in this many is also compared in a second, freshly started
+    # worker (determinism across processes); 0 turns it off.
+    cross_process_every: int = 8
     # What to explore.
     ops: tuple[str, ...] = DEFAULT_OPS
     dtypes: tuple[str, ...] = DTYPES
@@ -109,6 +112,7 @@ _SECTIONS: dict[str, dict[str, str]] = {
         "control_examples": "int",
         "control_share": "num",
         "fork_workers": "bool",
+        "cross_process_every": "int",
     },
     "ops": {"include": "list[str]", "exclude": "list[str]"},
     "dtypes": {"choices": "list[str]"},
@@ -122,6 +126,36 @@ _SECTIONS: dict[str, dict[str, str]] = {
 
 def _fail(source: str, key: str, problem: str) -> SpaceError:
     return SpaceError(f"{source}: key '{key}': {problem}")
+
+
+# Allowed ranges of the numeric keys: dotted key -> (low, high, low inclusive, what it is).
+# Every number must be finite (TOML accepts nan and inf) and within its range.
+RANGES: dict[str, tuple[float, float, bool, str]] = {
+    "hypothesis.max_examples": (1, 10**9, True, "examples per test"),
+    "runner.example_timeout_s": (0, 86400, False, "seconds"),
+    "runner.start_timeout_s": (0, 86400, False, "seconds"),
+    "runner.control_examples": (1, 10**9, True, "examples per negative control"),
+    "runner.control_share": (0, 1, True, "a share of --budget"),
+    "batch.max_companions": (1, 10**6, True, "companions in a batch"),
+    "runner.cross_process_every": (0, 10**6, True, "determinism examples per cross-process one"),
+}
+
+
+def allowed_range(key: str) -> str:
+    """The allowed range of a numeric key, in words: ``[1, 1e+09]`` or ``(0, 86400]``."""
+    low, high, inclusive, what = RANGES[key]
+    return f"{'[' if inclusive else '('}{low:g}, {high:g}] ({what})"
+
+
+def _in_range(source: str, key: str, value: Any) -> None:
+    import math
+
+    low, high, inclusive, _ = RANGES[key]
+    finite = math.isfinite(value)
+    above_low = value >= low if inclusive else value > low
+    if not (finite and above_low and value <= high):
+        problem = "must be a finite number" if not finite else "out of range"
+        raise _fail(source, key, f"{problem}, got {value!r}; allowed: {allowed_range(key)}")
 
 
 def _check(source: str, key: str, kind: str, value: Any) -> Any:
@@ -195,6 +229,8 @@ def parse(data: dict[str, Any], source: str, profile: str) -> Space:
             if key not in _SECTIONS[section]:
                 raise _fail(source, dotted, f"unknown key; known: {list(_SECTIONS[section])}")
             fields[(section, key)] = _check(source, dotted, _SECTIONS[section][key], value)
+            if dotted in RANGES:
+                _in_range(source, dotted, value)
 
     space: dict[str, Any] = {"source": source, "profile": profile, "op_dim": op_dim}
     simple = {
@@ -209,6 +245,7 @@ def parse(data: dict[str, Any], source: str, profile: str) -> Space:
         ("runner", "control_examples"): "control_examples",
         ("runner", "control_share"): "control_share",
         ("runner", "fork_workers"): "fork_workers",
+        ("runner", "cross_process_every"): "cross_process_every",
         ("shapes", "rows"): "rows",
         ("shapes", "dim"): "dim",
         ("batch", "max_companions"): "max_companions",
@@ -220,16 +257,10 @@ def parse(data: dict[str, Any], source: str, profile: str) -> Space:
             space[name] = fields[key]
     if ("hypothesis", "database") in fields and space["database"] not in ("directory", "none"):
         raise _fail(source, "hypothesis.database", "expected 'directory' or 'none'")
-    if not 0 <= space.get("control_share", 0) <= 1:
-        raise _fail(source, "runner.control_share", "must be within 0 and 1 (a share of --budget)")
-    if space.get("max_examples", 1) < 1:
-        raise _fail(source, "hypothesis.max_examples", "must be at least 1")
     if ("shapes", "rows") in fields and space["rows"].min < 1:
         raise _fail(source, "shapes.rows", "the needle needs at least one row: min >= 1")
     if ("batch", "companion_rows") in fields and space["companion_rows"].min < 1:
         raise _fail(source, "batch.companion_rows", "min must be >= 1")
-    if ("batch", "max_companions") in fields and space["max_companions"] < 1:
-        raise _fail(source, "batch.max_companions", "must be at least 1")
     include = fields.get(("ops", "include"), list(default_ops()))
     exclude = fields.get(("ops", "exclude"), [])
     try:
@@ -250,6 +281,12 @@ def parse(data: dict[str, Any], source: str, profile: str) -> Space:
                 source, f"{section}.choices", fields[section, "choices"], allowed
             )
     if ("shapes", "boundaries") in fields:
+        if any(b < 1 for b in fields["shapes", "boundaries"]):
+            raise _fail(
+                source,
+                "shapes.boundaries",
+                f"got {fields['shapes', 'boundaries']!r}; allowed: extents >= 1",
+            )
         space["boundaries"] = tuple(fields["shapes", "boundaries"])
     if ("attention", "head_dims") in fields:
         dims = fields["attention", "head_dims"]

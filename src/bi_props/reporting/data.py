@@ -44,6 +44,57 @@ def blind_controls(report: dict[str, Any]) -> list[dict[str, Any]]:
     return [c for c in report.get("controls") or [] if not c.get("variance_seen")]
 
 
+def no_routing_verdict(report: dict[str, Any]) -> bool:
+    """Routing was not observable for any op with the switch on: every routing [enabled]
+    example that ran was ``not_observable``, so the run says nothing about routing (exit 3).
+    Reports from before ``routing_observed`` was recorded never count."""
+    observed = report.get("routing_observed")
+    if observed is None:
+        return False
+    unobservable = [
+        e for e in report.get("routing_not_observable") or [] if e.get("switch") == "enabled"
+    ]
+    return bool(unobservable) and not observed
+
+
+NO_ROUTING_VERDICT = (
+    "NO ROUTING VERDICT: routing was not observable for any op with the switch on (no profiler "
+    "events, no identity evidence), so the run cannot say whether the switch reached the "
+    "target's kernels (exit 3)"
+)
+
+
+def exit_status(report: dict[str, Any], interrupted: bool = False) -> int:
+    """The verdict classes and the exit status they give, for ``bi-props fuzz`` and the pytest
+    plugin alike (README, docs/campaigns.md):
+
+    - 3: bi_props itself failed (a finding of kind ``internal``, an internal error, in a cell
+      or a negative control; report status ``internal error``);
+    - 1: an open finding (not known, or a regression): a mismatch, crash, timeout, error,
+      flaky, switch leak, or a ``promise`` finding (an op the target does not swap,
+      batch-variant with the switch on, under a switch that promises batch-invariant
+      inference);
+    - 130: interrupted without findings;
+    - 3: no verdict: no enabled-state cell ran (``incomplete``), or routing was not observable
+      for any op (``no_routing_verdict``);
+    - 0: otherwise.
+    """
+    statuses = finding_statuses(report)
+    if report.get("status") == "internal error" or any(
+        s.failing and s.finding.get("kind") == "internal" for s in statuses
+    ):
+        return 3
+    if report.get("internal_errors"):
+        return 3
+    if any(s.failing for s in statuses):
+        return 1
+    if interrupted:
+        return 130
+    if report.get("status") == "incomplete" or no_routing_verdict(report):
+        return 3
+    return 0
+
+
 def fresh_process(finding: dict[str, Any]) -> str:
     """The fresh-process confirmation in words (older reports: from the boolean alone)."""
     if finding.get("confirmation"):

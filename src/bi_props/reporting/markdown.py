@@ -8,6 +8,7 @@ from .data import (
     blind_controls,
     cell_name,
     fresh_process,
+    no_routing_verdict,
     round_counts,
     unclaimed_text,
 )
@@ -51,9 +52,14 @@ def render(data: ReportData) -> str:
     verdict = f"{len(failing)} open finding(s)" if failing else "no open findings"
     if r.get("status") == "incomplete":
         verdict = "INCOMPLETE: no enabled-state cell ran, no verdict; " + verdict
+    if no_routing_verdict(r):
+        verdict = "NO ROUTING VERDICT: routing not observable for any op; " + verdict
     not_run = campaign.get("cells_not_run")
     if not_run:
         verdict += f"; {not_run} of {campaign.get('cells_total', '?')} cells not run"
+    degenerate = r.get("degenerate") or {}
+    if degenerate.get("examples"):
+        verdict += f"; degenerate: {degenerate['examples']:,} of {degenerate.get('of', 0):,}"
     out.append(f"# bi_props campaign: {', '.join(data.targets)} ({verdict})\n")
     out.append(f"**Verdict.** {verdict_line(data)}\n")
     run: list[str] = []  # the run's facts: after the findings and the controls

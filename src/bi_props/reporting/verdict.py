@@ -4,7 +4,7 @@ run, unobservable routing, blind controls and unclaimed ops are counted in it.""
 
 from __future__ import annotations
 
-from .data import ReportData, blind_controls, cell_name
+from .data import ReportData, blind_controls, cell_name, no_routing_verdict
 
 MAX_NAMED = 3
 
@@ -38,10 +38,28 @@ def verdict_line(data: ReportData) -> str:
     blind = blind_controls(r)
     if blind:
         unjudged.append(f"{len(blind)} negative control(s) blind (saw no batch variance)")
+    line = degenerate_line(r)
+    if line:
+        unjudged.append(line)
     if r.get("not_covered"):
         unjudged.append(f"{len(r['not_covered'])} op(s) not claimed by the target")
     parts.append("not judged: " + "; ".join(unjudged) if unjudged else "nothing left unjudged")
     line = ". ".join(parts) + "."
     if r.get("status") == "incomplete":
         line = "INCOMPLETE, no verdict (no enabled-state cell ran). " + line
+    if no_routing_verdict(r):
+        line = "NO ROUTING VERDICT (routing not observable for any op: exit 3). " + line
     return line
+
+
+def degenerate_line(report: dict) -> str:
+    """ "degenerate: 812 of 5,300 examples (...)": the cells' examples that compared nothing that
+    could depend on the property (N = 0, K = 0, or both calls raising the same error), counted
+    apart and never as passes; "" when there were none."""
+    d = report.get("degenerate") or {}
+    if not d.get("examples"):
+        return ""
+    return (
+        f"degenerate: {d['examples']:,} of {d.get('of', 0):,} examples (compared no element "
+        "that could differ, or both calls raised the same error: not counted as passes)"
+    )
