@@ -23,13 +23,22 @@ CAMPAIGN_LANE = (
 
 def pytest_collection_modifyitems(config, items) -> None:
     """The end-to-end campaign tests (wall-clock budgets of 20-120 s each) are deselected unless
-    a ``-m`` expression is given: ``-m campaign`` runs the lane, ``-m ""`` runs everything. The
-    summary says so (``skip_summary``)."""
-    if config.option.markexpr:
+    a ``-m`` expression is given: ``-m campaign`` runs the lane, ``-m ""`` runs everything; a test
+    named by its node id (``path::test``) on the command line runs too. The summary says so
+    (``skip_summary``)."""
+    given = config.invocation_params.args
+    if config.option.markexpr or any(a == "-m" or a.startswith("-m") for a in map(str, given)):
         return
-    lane = [item for item in items if item.get_closest_marker("campaign") is not None]
+    named = [arg.replace(os.sep, "/") for arg in config.args if "::" in arg]
+
+    def lane_only(item) -> bool:
+        if item.get_closest_marker("campaign") is None:
+            return False
+        return not any(item.nodeid.startswith(n) or n.endswith(item.nodeid) for n in named)
+
+    lane = [item for item in items if lane_only(item)]
     if lane:
-        items[:] = [item for item in items if item.get_closest_marker("campaign") is None]
+        items[:] = [item for item in items if not lane_only(item)]
         config.hook.pytest_deselected(items=lane)
 
 
