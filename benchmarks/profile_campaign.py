@@ -14,12 +14,15 @@ runs) in this process against the built-in ``cpu`` target with README command 1'
 - progress, ledger, coverage and report writes (``Ledger`` and ``CampaignSession`` methods);
 - the scheduler and the rest of the cells phase (the residual).
 
-Every (property, case, switch) the workers observed is recorded and replayed afterwards in one
-fresh process per switch state (loaded as a worker loads it), twice: instrumented, to split the
-worker's part into materialising tensors, the kernel call(s), the float64 reference and the rest,
-and to time pickling the request and the answer; and plain, as the **floor**: a direct in-process
-loop over exactly the same cases (observe, then judge), no Hypothesis, no process boundary. The
-pipe's share is the round trips less the worker's work and the pickling.
+Inside the campaign's own workers (a sitecustomize.py on their PYTHONPATH, active only in worker
+processes) exclusive timers split the worker's part into materialising tensors, the kernel
+call(s), the float64 reference (inputs to float64 and ``references()``), the rest of the observer,
+and pickling; the controller's pickling is timed too. The pipe's share is the round trips less all
+of that. Every (property, case, switch) the workers observed is recorded and replayed afterwards,
+cold, in one fresh process per switch state (loaded as a worker loads it) as the **floor**: a
+direct in-process loop over exactly the same cases (observe, then judge), no Hypothesis, no
+process boundary. The floor runs after the campaign, not interleaved with it: on a machine whose
+load changes, its ratio is the noisiest number here (the shares are from one process tree).
 
     python benchmarks/profile_campaign.py [--budget 40] [--ops mm,sum] [--seed 1]
 
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import io
+import json
 import os
 import pickle
 import subprocess
@@ -158,12 +162,95 @@ def turn_setup_s(turns: int = 200) -> float:
         return (time.perf_counter() - start) / turns
 
 
-# -- the worker side, replayed in a fresh process per switch state ------------------------------
+# -- the worker side: timers inside the campaign's own workers ---------------------------------
+
+# Written as sitecustomize.py into a directory on the workers' PYTHONPATH: in a worker process
+# (BI_PROPS_TARGET set) it wraps the worker's parts with exclusive timers and rewrites its totals
+# to PROFILE_DIR/<pid>.json after every example (forked workers end with os._exit: no atexit).
+WORKER_HOOK = """
+import os
+if os.environ.get("BI_PROPS_TARGET") and os.environ.get("BI_PROPS_PROFILE_DIR"):
+    import json, pickle, time
+    from collections import defaultdict
+    from bi_props.execution import execute
+    from bi_props.model import catalogue
+    from bi_props.runner import protocol
+
+    T = defaultdict(float)
+    STACK = []
+    DIR = os.environ["BI_PROPS_PROFILE_DIR"]
+
+    def timed(part, function):
+        def wrapper(*args, **kwargs):
+            frame = [time.perf_counter(), 0.0]
+            STACK.append(frame)
+            try:
+                return function(*args, **kwargs)
+            finally:
+                STACK.pop()
+                elapsed = time.perf_counter() - frame[0]
+                T[part] += elapsed - frame[1]
+                if STACK:
+                    STACK[-1][1] += elapsed
+        return wrapper
+
+    class Pickle:
+        HIGHEST_PROTOCOL = pickle.HIGHEST_PROTOCOL
+        dumps = staticmethod(timed("pickling", pickle.dumps))
+        loads = staticmethod(timed("pickling", pickle.loads))
+
+    protocol.pickle = Pickle
+    execute.operands = timed("materialise", execute.operands)
+    execute._invoke = timed("kernel", execute._invoke)
+    execute.to_float64 = timed("reference", execute.to_float64)
+    for kind in {type(spec) for spec in catalogue.OPS.values()}:
+        kind.references = timed("reference", kind.references)
+    observe = timed("observer", execute.observe)
+
+    def observe_and_save(*args, **kwargs):
+        try:
+            return observe(*args, **kwargs)
+        finally:
+            T["examples"] += 1
+            path = os.path.join(DIR, f"{os.getpid()}.json")
+            with open(path + ".tmp", "w") as f:
+                json.dump(T, f)
+            os.replace(path + ".tmp", path)
+
+    execute.observe = observe_and_save
+"""
+
+
+def worker_totals(directory: Path) -> dict[str, float]:
+    total: dict[str, float] = defaultdict(float)
+    for path in directory.glob("*.json"):
+        for key, value in json.loads(path.read_text()).items():
+            total[key] += value
+    return total
+
+
+class _TimedPickle:
+    """The controller's side of the protocol's pickling (protocol.pickle replaced by this)."""
+
+    HIGHEST_PROTOCOL = pickle.HIGHEST_PROTOCOL
+
+    @staticmethod
+    def dumps(*args, **kwargs):
+        with timed("pickling"):
+            return pickle.dumps(*args, **kwargs)
+
+    @staticmethod
+    def loads(*args, **kwargs):
+        with timed("pickling"):
+            return pickle.loads(*args, **kwargs)
+
+
+# -- the floor: the same cases replayed in a fresh process per switch state ---------------------
 
 
 def replay(path: str, switch: str) -> None:
-    """In a process whose environment holds the switch: replay the recorded cases of ``switch``
-    instrumented (parts) and plain (the floor); print a pickled dict of seconds on stdout."""
+    """In a process whose environment holds the switch: the floor, a direct loop over the
+    recorded cases of ``switch`` (observe, then judge); print a pickled dict on stdout."""
     from bi_props.execution import execute
     from bi_props.model import property_spec
     from bi_props.runner.worker import _load
@@ -172,20 +259,6 @@ def replay(path: str, switch: str) -> None:
         recorded = [(p, c) for p, c, s in pickle.load(f) if s == switch]
     hello, target = _load("cpu", switch)
     assert target is not None, hello.message
-    parts: dict[str, float] = defaultdict(float)
-
-    def patch(name: str, part: str):
-        original = getattr(execute, name)
-
-        def wrapper(*args, **kwargs):
-            start = time.perf_counter()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                parts[part] += time.perf_counter() - start
-
-        setattr(execute, name, wrapper)
-        return original
 
     def judge(prop, case, observation):
         spec = property_spec.get(prop)
@@ -195,56 +268,12 @@ def replay(path: str, switch: str) -> None:
             return spec.judge(observation, hello, case.op)
         return spec.judge(observation)
 
-    for prop, case in recorded[:50]:  # warm up: the first calls load kernels lazily
-        judge(prop, case, execute.observe(prop, case, target, switch))
-
-    # The floor: a direct in-process loop over the same cases, observed then judged.
+    # No warm-up: the campaign's workers start cold too (first calls load kernels lazily).
     start = time.perf_counter()
     for prop, case in recorded:
         judge(prop, case, execute.observe(prop, case, target, switch))
     floor = time.perf_counter() - start
-
-    # The worker's parts (instrumented pass) and the pickling of request and answer.
-    originals = {
-        "operands": patch("operands", "materialise"),
-        "_invoke": patch("_invoke", "kernel"),
-        "to_float64": patch("to_float64", "reference"),
-    }
-    observed = 0.0
-    pickling = 0.0
-    for prop, case in recorded:
-        start = time.perf_counter()
-        message = pickle.loads(pickle.dumps(("observe", prop, case), pickle.HIGHEST_PROTOCOL))
-        pickling += time.perf_counter() - start
-        start = time.perf_counter()
-        observation = execute.observe(message[1], message[2], target, switch)
-        mid = time.perf_counter()
-        pickle.loads(pickle.dumps(("ok", observation), pickle.HIGHEST_PROTOCOL))
-        pickling += time.perf_counter() - mid
-        observed += mid - start
-    for name, original in originals.items():
-        setattr(execute, name, original)
-    # observe_reference's own work past materialising and calling is the float64 reference:
-    # references() is a field of the op's record, so it is the residual of that observer.
-    ref_start = time.perf_counter()
-    for prop, case in recorded:
-        if prop == "reference":
-            samples = execute.needle(case)
-            args = execute.operands(case, samples, target.device)
-            inputs = [execute.to_float64(a) for a in args]
-            lengths = [rows for _, rows in samples]
-            execute.OPS[case.op].references(inputs, case, lengths, target.precision(case.op))
-    ref_with_inputs = time.perf_counter() - ref_start
-    result = {
-        "examples": len(recorded),  # summed over both states
-        "floor": floor,
-        "observed": observed,
-        "pickling": pickling,
-        "materialise": parts["materialise"],
-        "kernel": parts["kernel"],
-        "reference_f64": ref_with_inputs,
-    }
-    sys.stdout.buffer.write(pickle.dumps(result))
+    sys.stdout.buffer.write(pickle.dumps({"examples": len(recorded), "floor": floor}))
 
 
 def replay_all(path: Path) -> dict[str, float]:
@@ -287,36 +316,48 @@ def main() -> None:
     if args.ops:
         space = replace(space, ops=tuple(args.ops.split(",")))
     instrument()
+    from bi_props.runner import protocol
+
+    protocol.pickle = _TimedPickle
     log = io.StringIO()
     with tempfile.TemporaryDirectory() as tmp:
+        hook, profile_dir = Path(tmp) / "hook", Path(tmp) / "profile"
+        hook.mkdir()
+        profile_dir.mkdir()
+        (hook / "sitecustomize.py").write_text(WORKER_HOOK)
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            filter(None, [str(hook), os.environ.get("PYTHONPATH", "")])
+        )
+        os.environ["BI_PROPS_PROFILE_DIR"] = str(profile_dir)
         campaign = Campaign(["cpu"], space, Path(tmp) / "out", args.budget, seed=args.seed,
                             log=log, write_reports=False)  # fmt: skip
         status = campaign.run()
+        worker = worker_totals(profile_dir)
+        del os.environ["BI_PROPS_PROFILE_DIR"]
         path = Path(tmp) / "recorded.pkl"
         with path.open("wb") as f:
             pickle.dump(RECORDED, f)
-        worker = replay_all(path)
+        floor = replay_all(path)
     setup = turn_setup_s()
     turns = N["cell_turn"] + N["control_turn"]
     examples = N["draw"]
     phase = T["wall"]
     engine = T["cell_turn"] + T["control_turn"]  # exclusive: less draws, checks, writes
     setup_total = min(setup * turns, engine)
-    worker_work = worker["observed"]
-    pipe = max(T["observe"] - worker_work - worker["pickling"], 0.0)
-    kernel = worker["kernel"]
-    materialise = worker["materialise"]
-    reference = min(worker["reference_f64"], max(worker_work - kernel - materialise, 0.0))
-    other_worker = max(worker_work - kernel - materialise - reference, 0.0)
+    worker_parts = ("observer", "materialise", "kernel", "reference", "pickling")
+    in_workers = sum(worker[p] for p in worker_parts)
+    pipe = T["observe"] - in_workers  # the round trips, less all the workers' timed work
+    kernel, materialise, reference = worker["kernel"], worker["materialise"], worker["reference"]
+    other_worker = worker["observer"]
     rows = [
         ("Hypothesis: drawing the cases", T["draw"]),
         ("Hypothesis: per-turn set-up (run, database), measured alone x turns", setup_total),
         ("Hypothesis: the rest of its engine (and the controls' judging)", engine - setup_total),
-        ("pickling request and answer", worker["pickling"]),
+        ("pickling request and answer (both sides)", T["pickling"] + worker["pickling"]),
         ("the pipe and the process switch", pipe),
         ("materialising tensors", materialise),
         ("the kernel call(s), outputs to bits", kernel),
-        ("the float64 reference (inputs to float64, references)", reference),
+        ("the float64 reference (inputs to float64, references())", reference),
         ("other observer work (profiler windows, slicing, Observation)", other_worker),
         ("judging", T["judge"]),
         ("coverage bookkeeping per example", T["check"]),
@@ -337,10 +378,10 @@ def main() -> None:
     print(f"| (accounted / cells phase) | {accounted:.2f} / {phase:.2f} | "
           f"{accounted / phase:.1%} | |")  # fmt: skip
     campaign_rate = examples / phase
-    floor_rate = examples / worker["floor"]
+    floor_rate = examples / floor["floor"]
     print()
     print(f"campaign: {campaign_rate:.1f} examples/s over the cells phase")
-    print(f"floor (direct in-process loop, the same {int(worker['examples'])} round trips' cases, "
+    print(f"floor (direct in-process loop, the same {int(floor['examples'])} round trips' cases, "
           f"observe + judge): {floor_rate:.1f} examples/s")  # fmt: skip
     print(f"floor / campaign = {floor_rate / campaign_rate:.2f}x (goal: within 2x)")
     print(f"kernel calls alone: {100 * kernel / phase:.1f}% of the cells phase; per-turn "
