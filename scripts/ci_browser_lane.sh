@@ -4,11 +4,19 @@
 # artefact ($BI_PROPS_BROWSER_OUT/report.png, default build/browser/report.png; docs/report.png
 # is a copy of it). Reuses the main .venv. Without Chromium, and no way to install it, the lane
 # FAILS: it never skips.
+#
+#   scripts/ci_browser_lane.sh [all|setup|tests]     (default: all; `setup` only installs
+#   Chromium, which .ci/run does in the background beside the main suite)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 export BI_PROPS_BROWSER_OUT="${BI_PROPS_BROWSER_OUT:-build/browser}"
+phase="${1:-all}"
+case "$phase" in
+    all | setup | tests) ;;
+    *) echo "usage: $0 [all|setup|tests]" >&2; exit 2 ;;
+esac
 
-if ! command -v chromium >/dev/null 2>&1; then
+if [ "$phase" != tests ] && ! command -v chromium >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -q || true
   if ! DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q chromium; then
@@ -16,6 +24,13 @@ if ! command -v chromium >/dev/null 2>&1; then
       "install it and re-run scripts/ci_browser_lane.sh" >&2
     exit 1
   fi
+fi
+if [ "$phase" = setup ]; then
+    exit 0
+fi
+if ! command -v chromium >/dev/null 2>&1; then
+    echo "ci_browser_lane: chromium is missing (run scripts/ci_browser_lane.sh setup)" >&2
+    exit 1
 fi
 chromium --version
 

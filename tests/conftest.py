@@ -15,6 +15,33 @@ pytest_plugins = ["pytester"]
 os.environ.setdefault("BI_PROPS_SWITCHING", "0")
 
 
+CAMPAIGN_LANE = (
+    "end-to-end `bi-props fuzz` campaigns (marker `campaign`): they run in the campaign lane, "
+    "`pytest --hypothesis-profile=ci -m campaign` (.ci/run's step 'campaign')"
+)
+
+
+def pytest_collection_modifyitems(config, items) -> None:
+    """The end-to-end campaign tests (wall-clock budgets of 20-120 s each) are deselected unless
+    a ``-m`` expression is given: ``-m campaign`` runs the lane, ``-m ""`` runs everything; a test
+    named by its node id (``path::test``) on the command line runs too. The summary says so
+    (``skip_summary``)."""
+    given = config.invocation_params.args
+    if config.option.markexpr or any(a == "-m" or a.startswith("-m") for a in map(str, given)):
+        return
+    named = [arg.replace(os.sep, "/") for arg in config.args if "::" in arg]
+
+    def lane_only(item) -> bool:
+        if item.get_closest_marker("campaign") is None:
+            return False
+        return not any(item.nodeid.startswith(n) or n.endswith(item.nodeid) for n in named)
+
+    lane = [item for item in items if lane_only(item)]
+    if lane:
+        items[:] = [item for item in items if not lane_only(item)]
+        config.hook.pytest_deselected(items=lane)
+
+
 def _why(report) -> str:
     """A skip's reason, first line, without pytest's 'Skipped: ' prefix."""
     longrepr = report.longrepr
@@ -30,11 +57,15 @@ def skip_summary(stats: dict) -> list[str]:
 
     reasons = Counter(_why(r) for r in stats.get("skipped", []) if r.when in ("setup", "call"))
     lines = [f"{n} skipped: {why}" for why, n in reasons.most_common()]
-    other = [
+    deselected = [
         item
         for item in stats.get("deselected", [])
         if getattr(item, "originalname", "") != "test_regression"
     ]
+    lane = [i for i in deselected if getattr(i, "get_closest_marker", lambda _: None)("campaign")]
+    other = [i for i in deselected if i not in lane]
+    if lane:
+        lines.append(f"{len(lane)} deselected: {CAMPAIGN_LANE}")
     if other:
         lines.append(f"{len(other)} deselected: by -k / -m on the command line")
     return lines

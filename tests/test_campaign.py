@@ -280,6 +280,7 @@ def _write(path: Path, text: str) -> Path:
 # -- end to end --------------------------------------------------------------------------------
 
 
+@pytest.mark.campaign
 @pytest.mark.slow
 def test_resume_after_sigkill_finds_everything_an_uninterrupted_run_finds(
     planted: dict, tmp_path: Path
@@ -366,6 +367,7 @@ def test_resume_after_sigkill_finds_everything_an_uninterrupted_run_finds(
     assert failed >= {"mm reference [enabled]", "mm batch_invariance [enabled]"}
 
 
+@pytest.mark.campaign
 @pytest.mark.slow
 def test_sigterm_stops_the_campaign_and_writes_the_report(planted: dict, tmp_path: Path) -> None:
     out = tmp_path / "out"
@@ -394,6 +396,7 @@ def test_sigterm_stops_the_campaign_and_writes_the_report(planted: dict, tmp_pat
     assert (out / "junit.xml").exists()
 
 
+@pytest.mark.campaign
 @pytest.mark.slow
 def test_several_targets_share_the_budget(planted: dict, tmp_path: Path) -> None:
     out = tmp_path / "out"
@@ -455,6 +458,7 @@ HANG_SPACE = STRATEGIES.replace("example_timeout_s = 60", "example_timeout_s = 6
 )
 
 
+@pytest.mark.campaign
 @pytest.mark.slow
 def test_the_campaign_ends_near_its_budget_when_the_kernel_hangs(
     planted: dict, tmp_path: Path

@@ -309,6 +309,7 @@ head_dims = [8, 16]
 """
 
 
+@pytest.mark.campaign
 @pytest.mark.slow
 def test_fuzz_on_the_cpu_target_gives_no_finding_and_the_control_sees_variance(
     clean_cpu_campaign,

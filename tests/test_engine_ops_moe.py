@@ -356,6 +356,7 @@ companion_rows = { min = 1, max = 48 }
 """
 
 
+@pytest.mark.campaign
 @pytest.mark.slow
 def test_every_property_holds_on_the_cpu_target_in_both_switch_states(clean_cpu_campaign) -> None:
     """``bi-props fuzz --ops fused_moe`` on the cpu target: routing, reference, batch

@@ -111,6 +111,7 @@ def _described(findings: list[dict]) -> list[tuple]:
     )  # fmt: skip
 
 
+@pytest.mark.campaign
 @pytest.mark.slow
 @pytest.mark.parametrize("library", sorted(EXPECTED))
 def test_fuzz_finds_the_planted_bug(campaigns, library: str) -> None:
@@ -150,6 +151,7 @@ def test_fuzz_finds_the_planted_bug(campaigns, library: str) -> None:
     assert elapsed < BUDGET_S + 90, f"the campaign overran its budget: {elapsed:.0f} s"
 
 
+@pytest.mark.campaign
 @pytest.mark.slow
 def test_fuzz_gives_no_finding_for_the_correct_library(campaigns) -> None:
     code, log, report, _ = campaigns["planted_correct"]

@@ -510,6 +510,7 @@ def _fuzz_report(log: str, out: Path) -> dict[str, Any]:
     return report
 
 
+@pytest.mark.campaign
 def test_fuzz_finds_the_batch_variant_kernel(fuzz_campaigns):
     code, log, out = fuzz_campaigns["planted_batch_variant"].wait()
     assert code == 1, log
@@ -534,6 +535,7 @@ def test_fuzz_finds_the_batch_variant_kernel(fuzz_campaigns):
     assert case.shape[1] >= 2
 
 
+@pytest.mark.campaign
 def test_fuzz_on_the_correct_library_is_clean(fuzz_campaigns):
     code, log, out = fuzz_campaigns["planted_correct"].wait()
     assert code == 0, log

@@ -100,6 +100,7 @@ def local_ray(tmp_path_factory):
             os.environ["PYTHONPATH"] = saved
 
 
+@pytest.mark.campaign
 @pytest.mark.slow
 def test_ray_campaign_survives_a_killed_actor(local_ray, tmp_path: Path) -> None:
     ray = local_ray["ray"]

@@ -140,6 +140,7 @@ def test_a_prefixless_module_leaking_into_the_disabled_state_is_caught():
         assert str(PLANTED) in verdict.message
 
 
+@pytest.mark.campaign
 @pytest.mark.slow
 def test_fuzz_reports_a_routing_failure_for_a_noop_enable(tmp_path: Path):
     """The issue's acceptance command: `bi-props fuzz --target <no-op module> --ops mm

@@ -59,3 +59,36 @@ def test_the_plugin_says_why_test_regression_is_deselected(
     result.stdout.fnmatch_lines(
         ["bi_props: 1 deselected: test_regression, no --bi-regressions file given*"]
     )
+
+
+CAMPAIGN_TESTS = """
+import pytest
+
+@pytest.mark.campaign
+def test_a_campaign():
+    pass
+
+def test_a_unit():
+    pass
+"""
+
+
+def test_campaign_tests_are_deselected_by_default_and_the_summary_names_the_lane(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makeconftest(CONFTEST)
+    pytester.makeini("[pytest]\nmarkers =\n    campaign: end to end\n")
+    pytester.makepyfile(test_some=CAMPAIGN_TESTS)
+    plain = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:bi_props")
+    plain.assert_outcomes(passed=1, deselected=1)
+    plain.stdout.fnmatch_lines(
+        ["1 deselected: end-to-end `bi-props fuzz` campaigns*campaign lane*"]
+    )
+    lane = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:bi_props", "-m", "campaign")
+    lane.assert_outcomes(passed=1, deselected=1)
+    everything = pytester.runpytest("-p", "no:cacheprovider", "-p", "no:bi_props", "-m", "")
+    everything.assert_outcomes(passed=2)
+    named = pytester.runpytest(
+        "-p", "no:cacheprovider", "-p", "no:bi_props", "test_some.py::test_a_campaign"
+    )
+    named.assert_outcomes(passed=1)

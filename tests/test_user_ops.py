@@ -255,6 +255,7 @@ def campaigns(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, 
     return results
 
 
+@pytest.mark.campaign
 @pytest.mark.slow
 def test_fuzz_finds_and_shrinks_the_planted_bug_in_a_user_op(campaigns) -> None:
     code, log, report = campaigns["fused_gated_buggy"]
@@ -279,6 +280,7 @@ def test_fuzz_finds_and_shrinks_the_planted_bug_in_a_user_op(campaigns) -> None:
     assert finding.get("reproducer"), finding  # a standalone script for the upstream issue
 
 
+@pytest.mark.campaign
 @pytest.mark.slow
 def test_fuzz_gives_no_finding_for_the_honest_user_op(campaigns) -> None:
     code, log, report = campaigns["fused_gated"]

@@ -268,6 +268,7 @@ def _listed(report: dict) -> dict[str, dict]:
     return {p["name"]: p for p in report.get("properties", [])}
 
 
+@pytest.mark.campaign
 @pytest.mark.slow
 def test_fuzz_finds_and_shrinks_a_user_property_violation(campaigns) -> None:
     code, log, report = campaigns["strided_gated_buggy"]
@@ -295,6 +296,7 @@ def test_fuzz_finds_and_shrinks_a_user_property_violation(campaigns) -> None:
     assert "my_silu_and_mul layout_invariance [enabled]" in markdown
 
 
+@pytest.mark.campaign
 @pytest.mark.slow
 def test_fuzz_gives_no_finding_for_the_honest_module_and_runs_its_control(campaigns) -> None:
     code, log, report = campaigns["strided_gated"]
