@@ -18,13 +18,13 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 from hypothesis.control import current_build_context
 
+from ..catalogue.strategies import cases
 from ..integrations import switches
 from ..model import property_spec
 from ..model.case import Case
 from ..model.known import KnownFailure
 from ..model.observation import Hello
 from ..model.space import Space
-from ..model.strategies import cases
 from ..reporting.ulp import coverage_extras, reference_ulps
 from ..runner.controller import (
     CONFIRM_PATIENCE,
@@ -697,7 +697,7 @@ class Session:
     def properties(self) -> list[dict[str, Any]]:
         """The properties this run's ops are checked for, in registry order, with what each
         means: a user's property is listed in every report beside the built-in ones."""
-        from ..model.catalogue import OPS
+        from ..catalogue import OPS
 
         ops = [OPS[op] for op in self.space.ops if op in OPS]
         used = {p for spec in ops for p in property_spec.properties_of(spec)}

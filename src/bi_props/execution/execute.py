@@ -14,8 +14,8 @@ from typing import Any
 import numpy as np
 
 from ..model.case import Case
-from ..model.catalogue import OPS
 from ..model.observation import Call, Observation, TensorBits
+from ..model.registry import OPS
 from ..targets.base import Target
 from .materialize import batch_samples, bits, needle, operands, row_slice, to_float64
 

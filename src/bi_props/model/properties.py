@@ -86,7 +86,7 @@ def logprobs(obs: Observation) -> Verdict:
 def explain_model(verdict: Verdict, obs: Observation, covered: tuple[str, ...]) -> Verdict:
     """Where to look when the model drifts: catalogue ops it used that the target does not claim,
     and ops outside the catalogue that can depend on the batch (not plain data movement)."""
-    from .catalogue import ATEN_BENIGN, ATEN_TO_OP
+    from .registry import ATEN_BENIGN, ATEN_TO_OP
 
     if verdict.ok:
         return verdict

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .case import DTYPES, LAYOUTS, VALUE_CLASSES
-from .catalogue import OPS
+from .registry import OPS
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -149,7 +149,7 @@ def shape_bucket(shape: list[int] | tuple[int, ...]) -> str:
 def axis_names(op: str) -> tuple[str, str]:
     """Names of the scatter axes for an op: (rows, second shape entry) from the catalogue."""
     try:
-        from ..model.catalogue import OPS
+        from ..catalogue import OPS
 
         doc = OPS[op].shape_doc
     except Exception:

@@ -217,7 +217,7 @@ def _fork_self_test(timeout_s: float = 30.0) -> tuple[bool, str]:
 
 def _precisions(target) -> dict[str, str]:
     """The target's declared internal precision for every op with a float64 reference."""
-    from bi_props.model.catalogue import OPS
+    from bi_props.catalogue import OPS
 
     return {op: target.precision(op) for op, info in OPS.items() if "reference" in info.properties}
 

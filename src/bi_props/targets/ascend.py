@@ -157,7 +157,7 @@ class AscendTarget(Target):
             raise TargetBroken(message)
         if state == "missing":
             raise TargetMissing(message)
-        from ..model.catalogue import OPS
+        from ..catalogue import OPS
 
         self._plan = plan(self._caps, self._switch, tuple(OPS))
 
@@ -307,7 +307,7 @@ class AscendTarget(Target):
     def entries(self) -> dict[str, tuple[str, ...]]:
         """torch_npu entry points (ENTRIES) and, for the vllm-ascend versions they were read for,
         the engine ops' adapters (``ascend_ops``), each only where the catalogue has the op."""
-        from ..model.catalogue import OPS
+        from ..catalogue import OPS
 
         return entries_for(self._caps.vllm_ascend, tuple(OPS))
 

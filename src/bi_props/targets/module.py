@@ -44,7 +44,7 @@ import importlib
 import os
 from typing import Any
 
-from ..model.catalogue import OPS, PRECISIONS, OpSpec, register_op
+from ..catalogue import OPS, PRECISIONS, OpSpec, register_op
 from .base import Target, TargetBroken, TargetMissing, stock_precision, switch_requested
 
 # What thinking-machines' batch_invariant_ops overrides (aten::mm, addmm, _log_softmax, mean.dim).

@@ -205,7 +205,7 @@ class SglangTarget(Target):
 
     def covered(self) -> tuple[str, ...]:
         ops = set(registrations_to_ops(REGISTERS)) | {"rms_norm", "matmul", "linear"}
-        from ..model.catalogue import OPS
+        from ..catalogue import OPS
 
         return tuple(op for op in OPS if op in ops)
 

@@ -230,7 +230,7 @@ def parse_op_impls(impls: Iterable[str]) -> list[tuple[str, str]]:
 
 def registrations_to_ops(names: Iterable[str]) -> tuple[str, ...]:
     """Catalogue ops made covered by these aten registrations, in catalogue order."""
-    from ..model.catalogue import OPS
+    from ..catalogue import OPS
 
     ops = {REGISTRATION_TO_OP[name] for name in names if name in REGISTRATION_TO_OP}
     return tuple(op for op in OPS if op in ops)
