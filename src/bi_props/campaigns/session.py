@@ -173,7 +173,7 @@ class Session:
     # On: a failure whose signature is settled (``settled``) lets the example pass, so the search
     # goes on for other signatures. Set by the drivers (pytest plugin, run_slice).
     skip_settled: bool = False
-    # The `switching` property's verdict (bi_props.execution.switching), judged once at close.
+    # The `switching` property's verdict (bi_props.runner.switching), judged once at close.
     switching: dict[str, Any] = field(default_factory=dict)
     # (op, prop, switch, repr(case)) -> the signature that case failed with, until it passes again
     _failed_cases: dict[tuple, tuple] = field(default_factory=dict, repr=False)
@@ -772,7 +772,7 @@ class Session:
     def judge_switching(self) -> None:
         """The `switching` property, once: "not applicable" for one-way targets; a two-way
         switch is driven as state in a spawned interpreter, and a failure is a finding."""
-        from ..execution import switching
+        from ..runner import switching
 
         self.switching = switching.session_verdict(self.target)
         fields = switching.finding_fields(self.target, self.switching)

@@ -16,7 +16,7 @@ Names (``OPS``) are stable: reports, known-failure files and third-party targets
 
 from __future__ import annotations
 
-from ..model import property_spec, registry
+from ..model import op_registry, property_spec
 from ..model.bounds import (
     LAMBDA,
     SIXTEEN_BIT_CAP_ULPS,
@@ -25,6 +25,17 @@ from ..model.bounds import (
     output_rounding,
     product_reference,
     sum_error,
+)
+from ..model.op_registry import (
+    _ORIGINS,
+    ATEN_BENIGN,
+    ATEN_TO_OP,
+    OPS,
+    cells,
+    controls,
+    get,
+    register_op,
+    registered_ops,
 )
 from ..model.opspec import (
     MODEL_PROPERTIES,
@@ -36,17 +47,6 @@ from ..model.opspec import (
     ShapeFn,
     accumulation,
     out_dtype,
-)
-from ..model.registry import (
-    _ORIGINS,
-    ATEN_BENIGN,
-    ATEN_TO_OP,
-    OPS,
-    cells,
-    controls,
-    get,
-    register_op,
-    registered_ops,
 )
 from . import (
     activations,
@@ -85,9 +85,9 @@ def _in_order(specs: list[OpSpec]) -> list[OpSpec]:
 
 
 property_spec.PROPERTIES.install_builtins(properties.PROPERTIES)
-registry.OPS.install_builtins(_in_order([op for family in FAMILIES for op in family.OPS]))
+op_registry.OPS.install_builtins(_in_order([op for family in FAMILIES for op in family.OPS]))
 
-BUILTIN_OPS = registry.OPS.builtin
+BUILTIN_OPS = op_registry.OPS.builtin
 """The ops bi_props ships; ``register_op`` adds others to ``OPS``."""
 
 __all__ = [

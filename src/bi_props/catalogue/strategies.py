@@ -16,9 +16,9 @@ from typing import Any
 from hypothesis import strategies as st
 
 from ..model.case import Batch, Case, Companion
+from ..model.op_registry import OPS
 from ..model.opspec import OpSpec, out_dtype
 from ..model.property_spec import get as get_property
-from ..model.registry import OPS
 from ..model.space import Extent, Space
 from .models import ENGINE_MAX_COMPANIONS, ENGINE_MAX_TOKENS
 

@@ -15,8 +15,8 @@ import numpy as np
 
 from ..model.case import Case
 from ..model.observation import Call, Observation, TensorBits
-from ..model.registry import OPS
-from ..targets.base import Target
+from ..model.op_registry import OPS
+from ..model.target import Target
 from .materialize import batch_samples, bits, needle, operands, row_slice, to_float64
 
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from ..model.case import Case
 from ..model.compare import round_to_bits
-from ..model.registry import OPS
+from ..model.op_registry import OPS
 
 _SPECIALS = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0])
 

@@ -101,8 +101,8 @@ def _entries(path: Path, data: dict[str, Any], table: str) -> list[dict[str, Any
 
 
 def _check_cell(path: Path, where: str, entry: dict[str, Any], required: tuple[str, ...]) -> None:
+    from .op_registry import OPS
     from .property_spec import properties_of
-    from .registry import OPS
 
     for key in required:
         if not isinstance(entry.get(key), str):

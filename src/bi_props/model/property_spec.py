@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any
 from .registry import Registry
 
 if TYPE_CHECKING:
-    from ..targets.base import Target
     from .case import Case
     from .observation import Observation
     from .opspec import OpSpec
     from .properties import Verdict
+    from .target import Target
 
 SWITCH_STATES = ("enabled", "disabled")
 BOTH = ("both",)

@@ -224,10 +224,9 @@ def _precisions(target) -> dict[str, str]:
 
 def _load(target_spec: str, switch: str):
     """Import the target and turn its switch; missing stacks become a hello, not a crash."""
-    from bi_props.integrations import triton_compat
     from bi_props.integrations.switches import DEFAULT, PROVIDER_ENV, provide, rows
     from bi_props.model.observation import Hello
-    from bi_props.targets import TargetBroken, TargetMissing, resolve
+    from bi_props.targets import TargetBroken, TargetMissing, resolve, triton_compat
 
     try:
         # The switch provider first: "verl" sets VLLM_BATCH_INVARIANT with verl's own code.

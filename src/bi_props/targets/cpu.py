@@ -10,27 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import Target, switch_requested
+from ..model.target import STOCK_PRECISION, Target, cpu_stock_precision, switch_requested
+
+__all__ = ["NAMESPACE", "STOCK_PRECISION", "CpuTarget", "stock_precision"]
 
 NAMESPACE = "bi_props_cpu"
-
-STOCK_PRECISION = {
-    "linear": "output",
-    "softmax": "output",
-    "log_softmax": "output",
-    "attention": "output",
-    "silu_and_mul": "output",
-    "gelu_and_mul": "output",
-    "rotary_embedding": "output",  # vLLM's forward_native, in the operands' dtype
-}
-"""Stock CPU PyTorch's internal precision where it is not float32 (torch 2.13, measured against
-the float64 reference over 300 drawn cases per op and dtype): 16-bit linear with a bias and 3-D
-input rounds the product before adding the bias; 16-bit softmax over a non-last dim and
-log_softmax round intermediates in the input dtype; the stock varlen attention is plain torch ops
-in the input dtype; the stock silu_and_mul and gelu_and_mul composites (vLLM's forward_native)
-round the activation to the input dtype before the product. Everything else (mm, matmul, bmm,
-addmm, sum, mean, rms_norm, add_rms_norm, silu, fused_add_rms_norm, layer_norm, embedding)
-computes in float32 and rounds once: bit-exact on integer inputs up to 2^24."""
 
 
 _SWAPPED = {
@@ -49,7 +33,7 @@ _SWAPPED = {
 
 def stock_precision(op: str) -> str:
     """What stock CPU PyTorch computes ``op`` in (``STOCK_PRECISION``, else float32)."""
-    return STOCK_PRECISION.get(op, "float32")
+    return cpu_stock_precision(op)
 
 
 class CpuTarget(Target):

@@ -44,7 +44,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..integrations import triton_compat
+from . import triton_compat
 from .base import SWITCH_ENV, Target, TargetBroken, TargetMissing, switch_requested
 from .vllm import (
     CLAIM_OPS,
@@ -286,7 +286,7 @@ class VllmAscendTritonTarget(Target):
                 "# vllm-ascend's batch_invariant.py and Triton kernels from the unpacked wheel",
                 f"# (${SRC_ENV}), with bi_props' stated stand-ins (bi_props.targets."
                 "vllm_ascend_triton)",
-                "from bi_props.integrations import triton_compat",
+                "from bi_props.targets import triton_compat",
                 "triton_compat.apply(['relaxed_block_shape'])",
                 "from bi_props.targets.vllm_ascend_triton import load_module",
                 "bi = load_module()",

@@ -198,7 +198,7 @@ class VllmEngineTarget(Target):
     def activate(self) -> None:
         global _ENGINE
         from ..catalogue import ENGINE_VOCAB
-        from ..integrations.engine import read_spec, write_tiny_model
+        from .engine import read_spec, write_tiny_model
 
         state = f"{SWITCH_ENV}={os.environ.get(SWITCH_ENV)!r}"
         start = time.perf_counter()

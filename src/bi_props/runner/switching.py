@@ -14,7 +14,7 @@ invariant compares the model with the process:
   ``torch.mm`` alone equal the same rows inside a batch, bitwise.
 
 Switches are process-global, so the machine runs in a freshly spawned interpreter
-(``python -m bi_props.execution.switching TARGET``), which prints one JSON verdict. One-way
+(``python -m bi_props.runner.switching TARGET``), which prints one JSON verdict. One-way
 targets (vLLM, vllm-ascend, bi_props' own ``cpu``) are "not applicable": one process per switch
 state.
 """
@@ -179,7 +179,7 @@ def judge(target: str, max_examples: int = 30, timeout_s: float = 900) -> dict[s
     if why:
         return {"ok": None, "message": why}
     proc = subprocess.run(
-        [sys.executable, "-m", "bi_props.execution.switching", target, str(max_examples)],
+        [sys.executable, "-m", "bi_props.runner.switching", target, str(max_examples)],
         capture_output=True,
         text=True,
         timeout=timeout_s,
@@ -231,11 +231,9 @@ def finding_fields(target: str, verdict: dict[str, Any]) -> dict[str, Any] | Non
 
 def main(argv: list[str]) -> int:
     if not argv:
-        print(
-            "usage: python -m bi_props.execution.switching TARGET [MAX_EXAMPLES]", file=sys.stderr
-        )
+        print("usage: python -m bi_props.runner.switching TARGET [MAX_EXAMPLES]", file=sys.stderr)
         return 2
-    from ..integrations import triton_compat
+    from ..targets import triton_compat
 
     triton_compat.install_from_env()
     try:
