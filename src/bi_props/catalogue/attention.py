@@ -1,9 +1,6 @@
 """Attention: packed variable-length attention and paged KV-cache decode attention.
 
-Each op is its helpers (operands, shapes, call, float64 reference, reproducer text), its shape
-strategy (``draw_<op>(draw, ctx)``: Hypothesis is imported inside the draw, never at import, so a
-worker importing the catalogue imports no Hypothesis) and its ``OpSpec`` in ``OPS`` below, side by
-side. ``bi_props.catalogue`` concatenates the families.
+One op's helpers, shape strategy and OpSpec (in ``OPS``) side by side (``bi_props.catalogue``).
 """
 
 from __future__ import annotations

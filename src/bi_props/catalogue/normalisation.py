@@ -1,9 +1,6 @@
 """Normalisation: rms_norm, add_rms_norm, vLLM's in-place fused_add_rms_norm, layer_norm.
 
-Each op is its helpers (operands, shapes, call, float64 reference, reproducer text), its shape
-strategy (``draw_<op>(draw, ctx)``: Hypothesis is imported inside the draw, never at import, so a
-worker importing the catalogue imports no Hypothesis) and its ``OpSpec`` in ``OPS`` below, side by
-side. ``bi_props.catalogue`` concatenates the families.
+One op's helpers, shape strategy and OpSpec (in ``OPS``) side by side (``bi_props.catalogue``).
 """
 
 from __future__ import annotations

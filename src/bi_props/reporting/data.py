@@ -239,6 +239,19 @@ class ReportData:
                 return entry.get("reason", "")
         return None
 
+    def cell_status(self, cell: dict[str, Any]) -> tuple[str, list[FindingStatus]]:
+        """A cell's status for the Cells section of every report (md and html) and its
+        findings: the findings' statuses, else "passed" / "not run", and "routing not
+        observable" for a passed cell whose routing could not be seen."""
+        key = (cell["target"], cell["op"], cell["property"], cell["switch"])
+        found = self.cell_findings(*key)
+        status = ", ".join(sorted({s.status for s in found})) or (
+            "passed" if cell.get("examples") else "not run"
+        )
+        if status == "passed" and self.unobservable(*key):
+            status = "routing not observable"
+        return status, found
+
     def unclaimed(self, target: str, op: str) -> dict[str, Any] | None:
         """What the enabled state showed for an op the target does not claim."""
         for entry in self.report.get("unclaimed", []) or []:

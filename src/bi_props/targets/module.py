@@ -227,7 +227,7 @@ class ModuleTarget(Target):
     def kernel_is_own(self, qualified_name: str) -> bool | None:
         """Whether the active kernel of an aten op on the device's key is registered from the
         module's directory; None where the op has no kernel of its own on that key."""
-        from .vllm import location_path, parse_dispatch_kernel
+        from .dispatcher import location_path, parse_dispatch_kernel
 
         dump, root = self._dumper(), self._root()
         if dump is None or root is None:
@@ -257,7 +257,7 @@ class ModuleTarget(Target):
         False, which fails routing). Disabled: all of them (any True is a switch leak)."""
         if self._own_events():
             return {}
-        from .vllm import PATH_OPS
+        from .dispatcher import PATH_OPS
 
         names = PATH_OPS.get(op, ())
         checks: dict[str, bool] = {}

@@ -37,7 +37,8 @@ from typing import Any
 
 from . import triton_compat
 from .base import Target, TargetBroken, TargetMissing, switch_requested
-from .vllm import ATTRIBUTE_PATHS, parse_dispatch_kernel, registrations_to_ops
+from .dispatcher import parse_dispatch_kernel
+from .vllm import ATTRIBUTE_PATHS, registrations_to_ops
 
 MODULE = "sglang.srt.batch_invariant_ops.batch_invariant_ops"
 KEY = "CPU"

@@ -46,11 +46,10 @@ from typing import Any
 
 from . import triton_compat
 from .base import SWITCH_ENV, Target, TargetBroken, TargetMissing, switch_requested
+from .dispatcher import PATH_OPS, parse_dispatch_kernel
 from .vllm import (
     CLAIM_OPS,
-    PATH_OPS,
     PredictionError,
-    parse_dispatch_kernel,
     parse_op_impls,
     predict_registrations,
     registrations_to_ops,
