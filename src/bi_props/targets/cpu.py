@@ -17,20 +17,6 @@ __all__ = ["NAMESPACE", "STOCK_PRECISION", "CpuTarget", "stock_precision"]
 NAMESPACE = "bi_props_cpu"
 
 
-_SWAPPED = {
-    "add_rms_norm": "add_rms_norm",
-    "attention": "varlen_attention",
-    "silu_and_mul": "silu_and_mul",
-    "gelu_and_mul": "gelu_and_mul",
-    "fused_add_rms_norm": "fused_add_rms_norm",
-    "rotary_embedding": "rotary_embedding",
-    "top_k": "top_k",
-    "fused_moe": "fused_moe",
-    "paged_decode_attention": "paged_decode_attention",
-}
-"""Catalogue op -> the ``bi_props.ops`` composite the enabled target swaps for its kernel."""
-
-
 def stock_precision(op: str) -> str:
     """What stock CPU PyTorch computes ``op`` in (``STOCK_PRECISION``, else float32)."""
     return cpu_stock_precision(op)
@@ -44,8 +30,11 @@ class CpuTarget(Target):
     def __init__(self) -> None:
         import bi_props.ops as ops
 
+        from .kernels.register import SWAPPED_OPS
+
         self._active = False
-        self._stock = {name: getattr(ops, name) for name in _SWAPPED.values()}
+        self._swapped = dict(SWAPPED_OPS)
+        self._stock = {name: getattr(ops, name) for name in self._swapped.values()}
 
     def activate(self) -> None:
         if switch_requested():
@@ -73,11 +62,11 @@ class CpuTarget(Target):
         return {"active": self._active}
 
     def evidence(self, op: str) -> dict[str, bool]:
-        """For the swapped entry points (``_SWAPPED``): is the function in place not the stock
-        one?"""
+        """For the swapped entry points (``kernels.register.SWAPPED_OPS``): is the function in
+        place not the stock one?"""
         import bi_props.ops as ops
 
-        attr = _SWAPPED.get(op)
+        attr = self._swapped.get(op)
         if attr is None:
             return {}
         return {f"bi_props.ops.{attr} swapped": getattr(ops, attr) is not self._stock[attr]}
