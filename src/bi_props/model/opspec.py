@@ -84,8 +84,8 @@ class OpSpec:
     - ``exact_amplitude(case, acc="float32") -> int``: largest integer magnitude for the
       ``exact`` value class (0, the default: exactness is never claimed);
     - ``draw_shape(draw, ctx) -> (shape, options)``: the shape-and-option strategy (see
-      ``strategies.ShapeContext``; the built-in ops' are in ``bi_props.model.shapes``). Required to
-      explore the op;
+      ``strategies.ShapeContext``; the built-in ops' sit beside their specs in
+      ``bi_props.catalogue``). Required to explore the op;
     - ``companion_rows(ctx) -> strategy``: rows of each companion sample of a batch (default: the
       space's ``companion_rows``, tile-edge biased); ``max_companions``: a cap on their number
       below the space's;
