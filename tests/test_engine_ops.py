@@ -254,7 +254,7 @@ def test_each_op_name_is_defined_by_one_spec() -> None:
             text=True,
             check=False,
         ).stdout.splitlines()
-        assert len(out) == 1 and out[0].startswith("src/bi_props/model/catalogue.py:"), (op, out)
+        assert len(out) == 1 and out[0].startswith("src/bi_props/catalogue/"), (op, out)
         assert op in catalogue.BUILTIN_OPS
 
 

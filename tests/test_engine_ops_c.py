@@ -241,7 +241,7 @@ def test_the_op_is_defined_by_one_spec() -> None:
         text=True,
         check=False,
     ).stdout.splitlines()
-    assert len(out) == 1 and out[0].startswith("src/bi_props/model/catalogue.py:"), out
+    assert len(out) == 1 and out[0].startswith("src/bi_props/catalogue/attention.py:"), out
     assert SPEC.controls == ("batch_invariance",)  # stock can be batch-variant: a real control
 
 

@@ -375,5 +375,5 @@ def test_the_op_is_defined_by_one_spec() -> None:
         text=True,
         check=False,
     ).stdout.splitlines()
-    assert len(found) == 1 and found[0].startswith("src/bi_props/model/catalogue.py:"), found
+    assert len(found) == 1 and found[0].startswith("src/bi_props/catalogue/inference.py:"), found
     assert OP in BUILTIN_OPS

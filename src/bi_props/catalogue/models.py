@@ -55,7 +55,7 @@ def _no_reference(x: Sequence[np.ndarray], case: Case, lengths: Sequence[int], a
 
 ENGINE_VOCAB = 512
 """The tiny model's vocabulary
-(bi_props.integrations.engine.write_tiny_model(vocab=ENGINE_VOCAB))."""
+(bi_props.targets.engine.write_tiny_model(vocab=ENGINE_VOCAB))."""
 
 
 ENGINE_SPECIAL_TOKENS = 4

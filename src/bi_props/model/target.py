@@ -77,6 +77,9 @@ class Target:
     name: str = "target"
     device: str = "cpu"
     kernel_prefix: str = ""
+    one_way: str = ""
+    """Why this target's switch cannot be turned off again in a process (one process per switch
+    state), or "" where it is two-way: the ``switching`` property applies only then."""
 
     def check(self) -> None:
         """Raise TargetMissing/TargetBroken before anything is switched."""

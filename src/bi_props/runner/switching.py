@@ -28,21 +28,22 @@ import subprocess
 import sys
 from typing import Any
 
-ONE_WAY = {
-    "cpu": "registered once at worker start from VLLM_BATCH_INVARIANT; no disable",
-    "vllm": "init_batch_invariance() is one-way (no disable): one process per switch state",
-    "vllm-engine": "the engine reads VLLM_BATCH_INVARIANT once: one process per switch state",
-    "ascend": "enable_batch_invariant_mode() has no disable and no idempotence guard",
-    "vllm-ascend-triton": "vllm-ascend's enable_batch_invariant_mode() has no disable and no "
-    "idempotence guard",
-}
+
+def one_way(target: str) -> str:
+    """Why a built-in target's switch is one-way (its class's ``Target.one_way``), else "" (a
+    module target: ``load_switch`` finds out). The target's module is imported, not its stack."""
+    from ..model.target import BUILTIN_TARGETS
+
+    if target not in BUILTIN_TARGETS:
+        return ""
+    module, _, attr = BUILTIN_TARGETS[target].partition(":")
+    return getattr(importlib.import_module(module), attr).one_way
 
 
 def applicability(target: str) -> str | None:
     """None when the property applies to ``target``, else why not."""
-    if target in ONE_WAY:
-        return f"not applicable: {ONE_WAY[target]}"
-    return None
+    why = one_way(target)
+    return f"not applicable: {why}" if why else None
 
 
 class NotTwoWay(RuntimeError):

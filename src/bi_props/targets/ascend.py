@@ -131,6 +131,7 @@ def _choice(env: str, allowed: tuple[str, ...]) -> str:
 
 
 class AscendTarget(Target):
+    one_way = "enable_batch_invariant_mode() has no disable and no idempotence guard"
     name = "ascend"
     device = "npu"
     kernel_prefix = KERNEL_PREFIX

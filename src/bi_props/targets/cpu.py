@@ -23,6 +23,7 @@ def stock_precision(op: str) -> str:
 
 
 class CpuTarget(Target):
+    one_way = "registered once at worker start from VLLM_BATCH_INVARIANT; no disable"
     name = "cpu"
     device = "cpu"
     kernel_prefix = f"{NAMESPACE}::"

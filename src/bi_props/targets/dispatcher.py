@@ -7,6 +7,8 @@ helpers (no torch, no vLLM), unit-tested with literal samples.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
+from typing import Any
 
 # Disabled state: every aten op on any path of the catalogue op (matmul's batched form goes
 # through bmm, linear through addmm/matmul/mm...); none may be vLLM's (that would be a switch leak).
@@ -47,3 +49,29 @@ def location_path(location: str) -> str:
     """``/a/b.py:1314`` -> ``/a/b.py`` (the line number is optional)."""
     path, sep, line = location.rpartition(":")
     return path if sep and line.isdigit() else location
+
+
+def load_dumper() -> Callable[[str], str]:
+    """``torch._C._dispatch_dump``, checked on ``aten::mm``: the one way the targets read the
+    dispatcher. Raises (AttributeError, RuntimeError...) where this torch has no usable dump; the
+    caller says what that leaves unobservable."""
+    import torch
+
+    dump = torch._C._dispatch_dump
+    sample = dump("aten::mm")
+    if "schema:" not in sample and "registered at" not in sample:
+        raise RuntimeError(f"unrecognised dump format: {sample[:200]!r}")
+    return dump
+
+
+def cached_dumper(
+    dump: Any, unobservable: str | None, why: Callable[[Exception], str]
+) -> tuple[Any, str | None]:
+    """A target's ``(dump, unobservable)`` after asking for the dump: the cached one, or the dump
+    loaded once (``load_dumper``), or None and ``why(exc)`` (what that leaves unobservable)."""
+    if dump is not None or unobservable is not None:
+        return dump, unobservable
+    try:
+        return load_dumper(), None
+    except Exception as exc:
+        return None, why(exc)

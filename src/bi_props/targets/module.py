@@ -209,19 +209,16 @@ class ModuleTarget(Target):
         return registration_root(getattr(module, "__file__", None))
 
     def _dumper(self) -> Any:
-        if self._dispatch is None and self._unobservable is None:
-            try:
-                import torch
+        from .dispatcher import cached_dumper
 
-                dump = torch._C._dispatch_dump
-                if "schema:" not in dump("aten::mm"):
-                    raise RuntimeError("unrecognised dump format")
-                self._dispatch = dump
-            except Exception as exc:
-                self._unobservable = (
-                    f"target {self._spec!r} has no KERNEL_PREFIX/ROUTES and the dispatcher "
-                    f"cannot be read (torch._C._dispatch_dump: {exc!r})"
-                )
+        self._dispatch, self._unobservable = cached_dumper(
+            self._dispatch,
+            self._unobservable,
+            lambda exc: (
+                f"target {self._spec!r} has no KERNEL_PREFIX/ROUTES and the dispatcher "
+                f"cannot be read (torch._C._dispatch_dump: {exc!r})"
+            ),
+        )
         return self._dispatch
 
     def kernel_is_own(self, qualified_name: str) -> bool | None:

@@ -13,7 +13,7 @@ The entry's driver reports itself active (as triton-cpu's does) and answers only
 under the interpreter could ask: device 0, torch device ``cpu``. It cannot compile anything:
 ``StandInCompiler`` raises if Triton ever tries (it never does under the interpreter). Installed
 in a worker before the target imports vLLM
-(``bi_props.integrations.triton_compat.install_from_env``).
+(``bi_props.targets.triton_compat.install_from_env``).
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .base import SWITCH_ENV, Target, TargetBroken, TargetMissing, stock_precision, switch_requested
-from .dispatcher import PATH_OPS, location_path, parse_dispatch_kernel
+from .dispatcher import PATH_OPS, cached_dumper, location_path, parse_dispatch_kernel
 
 # Where the batch-invariance module lives, newest first.
 MODULE_PATHS = (
@@ -349,6 +349,7 @@ def import_batch_invariant(
 
 
 class VllmTarget(Target):
+    one_way = "init_batch_invariance() is one-way (no disable): one process per switch state"
     name = "vllm"
     device = "cpu"
     kernel_prefix = ""  # vLLM's batch-invariant kernels are plain Python: no custom-op events
@@ -501,20 +502,14 @@ class VllmTarget(Target):
         return "none"  # the profiler shows nothing of vLLM's: the dispatcher is read instead
 
     def _dumper(self) -> Callable[[str], str] | None:
-        if self._dump is None and self._unobservable is None:
-            try:
-                import torch
-
-                dump = torch._C._dispatch_dump
-                sample = dump("aten::mm")
-                if "schema:" not in sample and "registered at" not in sample:
-                    raise RuntimeError(f"unrecognised dump format: {sample[:200]!r}")
-                self._dump = dump
-            except Exception as exc:
-                self._unobservable = (
-                    f"torch._C._dispatch_dump is unusable in this torch ({exc!r}); vLLM's kernels "
-                    f"produce no profiler events, so routing to them cannot be observed"
-                )
+        self._dump, self._unobservable = cached_dumper(
+            self._dump,
+            self._unobservable,
+            lambda exc: (
+                f"torch._C._dispatch_dump is unusable in this torch ({exc!r}); vLLM's "
+                f"kernels produce no profiler events, so routing to them cannot be observed"
+            ),
+        )
         return self._dump
 
     def kernel_is_vllm(self, qualified_name: str) -> bool | None:

@@ -252,6 +252,7 @@ def load_module() -> Any:
 
 
 class VllmAscendTritonTarget(Target):
+    one_way = "vllm-ascend's enable_batch_invariant_mode() has no disable and no idempotence guard"
     name = "vllm-ascend-triton"
     device = "cpu"
     kernel_prefix = ""  # Python kernels on aten ops: the dispatcher is read instead
