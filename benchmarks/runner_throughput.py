@@ -27,9 +27,9 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, seed, settings
 from hypothesis import strategies as st
 
+from bi_props.catalogue.strategies import cases
 from bi_props.model import properties
 from bi_props.model.space import load_profile
-from bi_props.model.strategies import cases
 from bi_props.runner.controller import Runner, Worker
 
 OP, PROP = "mm", "determinism"

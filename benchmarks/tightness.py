@@ -28,9 +28,9 @@ from collections.abc import Callable
 
 import numpy as np
 
+from bi_props.catalogue import OPS
 from bi_props.execution import materialize as M
 from bi_props.model.case import Case
-from bi_props.model.catalogue import OPS
 from bi_props.model.compare import bits_to_float64, round_to_bits, unit_roundoff
 
 SIZES = (16, 256, 4096)

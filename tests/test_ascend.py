@@ -17,8 +17,8 @@ import textwrap
 
 import pytest
 
+from bi_props.catalogue import OPS
 from bi_props.model import properties
-from bi_props.model.catalogue import OPS
 from bi_props.model.observation import Call, Hello, Observation
 from bi_props.targets.ascend_routes import (
     ASCENDC_SINCE,
@@ -482,7 +482,7 @@ _FAKE_STACK = textwrap.dedent(
     import importlib.machinery, json, os, sys, types
     import torch
     # imported once; each variant is a fork
-    import bi_props.model.catalogue, bi_props.targets.ascend
+    import bi_props.catalogue, bi_props.targets.ascend
 
     def variant(cfg):
         os.environ["VLLM_BATCH_INVARIANT"] = "1" if cfg["enabled"] else "0"

@@ -18,8 +18,8 @@ import torch
 import torch.nn.functional as F
 
 from bi_props import ops as stock
+from bi_props.catalogue import OPS
 from bi_props.model.case import Case
-from bi_props.model.catalogue import OPS
 from bi_props.targets import ascend_ops
 from bi_props.targets.ascend_ops import (
     FLOAT32_EPS,

@@ -16,9 +16,10 @@ import torch
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
+from bi_props.catalogue import OPS, Reference, out_dtype
+from bi_props.catalogue.strategies import cases
 from bi_props.execution import materialize as M
 from bi_props.model.case import Batch, Case, Companion
-from bi_props.model.catalogue import OPS, Reference, out_dtype
 from bi_props.model.compare import (
     bits_to_float64,
     compare_bits,
@@ -28,7 +29,6 @@ from bi_props.model.compare import (
 from bi_props.model.observation import Call, Observation, TensorBits
 from bi_props.model.properties import reference as judge_reference
 from bi_props.model.space import parse
-from bi_props.model.strategies import cases
 from bi_props.targets.cpu import stock_precision
 
 SMALL = parse(

@@ -19,6 +19,8 @@ import pytest
 import torch
 from hypothesis import HealthCheck, Phase, find, given, settings
 
+from bi_props.catalogue import ENGINE_SPECIAL_TOKENS, ENGINE_VOCAB, OPS, cells, controls
+from bi_props.catalogue.strategies import ENGINE_MAX_COMPANIONS, ENGINE_MAX_TOKENS, cases
 from bi_props.execution import materialize as M
 from bi_props.execution.execute import observe
 from bi_props.integrations.engine import (
@@ -29,9 +31,7 @@ from bi_props.integrations.engine import (
 )
 from bi_props.model import properties
 from bi_props.model.case import Batch, Case, Companion
-from bi_props.model.catalogue import ENGINE_SPECIAL_TOKENS, ENGINE_VOCAB, OPS, cells, controls
 from bi_props.model.space import DEFAULT_OPS, PROFILES, load_profile, parse
-from bi_props.model.strategies import ENGINE_MAX_COMPANIONS, ENGINE_MAX_TOKENS, cases
 from bi_props.targets import BUILTIN, TargetBroken, TargetMissing, resolve
 from bi_props.targets import vllm_engine as E
 from bi_props.targets.base import Target

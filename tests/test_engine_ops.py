@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 import torch
 
+from bi_props import catalogue
 from bi_props.execution.materialize import bits, needle, operands
-from bi_props.model import catalogue
 from bi_props.model.case import Case
 from bi_props.model.compare import compare_to_reference, unit_roundoff
 from bi_props.targets.cpu import stock_precision
@@ -254,7 +254,7 @@ def test_each_op_name_is_defined_by_one_spec() -> None:
             text=True,
             check=False,
         ).stdout.splitlines()
-        assert len(out) == 1 and out[0].startswith("src/bi_props/model/catalogue.py:"), (op, out)
+        assert len(out) == 1 and out[0].startswith("src/bi_props/catalogue/"), (op, out)
         assert op in catalogue.BUILTIN_OPS
 
 
@@ -262,7 +262,7 @@ def test_an_op_stock_cannot_make_batch_variant_has_no_blind_control() -> None:
     """embedding is a gather: stock torch is batch-invariant on it too, so a negative control
     could only ever be blind. Its switched-off batch_invariance is neither control nor cell;
     the switched-on one is judged as for every op."""
-    from bi_props.model.catalogue import OPS, cells, controls
+    from bi_props.catalogue import OPS, cells, controls
 
     assert OPS["embedding"].negative_control is False
     assert controls(["embedding"]) == []

@@ -14,12 +14,12 @@ import torch
 from hypothesis import given, settings
 
 import bi_props.ops as stock_ops
+from bi_props.catalogue import OPS
+from bi_props.catalogue.strategies import cases
 from bi_props.execution import materialize
 from bi_props.model.case import Batch, Case, Companion
-from bi_props.model.catalogue import OPS
 from bi_props.model.compare import compare_bits, compare_to_reference, ulp_summary
 from bi_props.model.space import load_profile
-from bi_props.model.strategies import cases
 from bi_props.targets.kernels import rotary, sampling
 
 DTYPES = ("float32", "bfloat16")

@@ -26,9 +26,9 @@ import pytest
 import torch
 
 import bi_props.ops as stock_ops
+from bi_props.catalogue import OPS, PAGED_SPARE_BLOCKS, paged_decode_call, paged_layout
 from bi_props.execution import materialize
 from bi_props.model.case import Batch, Case, Companion
-from bi_props.model.catalogue import OPS, PAGED_SPARE_BLOCKS, paged_decode_call, paged_layout
 from bi_props.model.compare import compare_to_reference
 from bi_props.targets.kernels import paged_attention
 
@@ -241,7 +241,7 @@ def test_the_op_is_defined_by_one_spec() -> None:
         text=True,
         check=False,
     ).stdout.splitlines()
-    assert len(out) == 1 and out[0].startswith("src/bi_props/model/catalogue.py:"), out
+    assert len(out) == 1 and out[0].startswith("src/bi_props/catalogue/attention.py:"), out
     assert SPEC.controls == ("batch_invariance",)  # stock can be batch-variant: a real control
 
 

@@ -24,9 +24,9 @@ from typing import Any
 import pytest
 from hypothesis import find
 
+from bi_props.catalogue.strategies import cases
 from bi_props.model.case import Batch, Case, Companion
 from bi_props.model.space import parse
-from bi_props.model.strategies import cases
 
 pytestmark = pytest.mark.slow
 

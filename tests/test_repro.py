@@ -137,9 +137,9 @@ def test_call_source_matches_the_catalogue_call() -> None:
     """The expression a reproducer runs is the catalogue's call, bit for bit."""
     from hypothesis import HealthCheck, given, settings
 
+    from bi_props.catalogue import OPS
+    from bi_props.catalogue.strategies import cases
     from bi_props.execution import materialize as M
-    from bi_props.model.catalogue import OPS
-    from bi_props.model.strategies import cases
     from bi_props.reporting.repro import call_source
 
     space = load_profile("dev")

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from bi_props.catalogue import OPS
 from bi_props.model.case import DTYPES, LAYOUTS, VALUE_CLASSES
-from bi_props.model.catalogue import OPS
 from bi_props.model.space import (
     DEFAULT_OPS,
     PROFILES,

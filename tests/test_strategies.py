@@ -10,16 +10,16 @@ import pytest
 from hypothesis import HealthCheck, Phase, find, given, settings
 from hypothesis import strategies as st
 
-from bi_props.model.case import Batch, Case, Companion
-from bi_props.model.catalogue import OPS
-from bi_props.model.space import Extent, Space, load_profile, parse
-from bi_props.model.strategies import (
+from bi_props.catalogue import OPS
+from bi_props.catalogue.strategies import (
     _VALUES_FOR,
     BATCHED,
     PROPERTIES,
     boundary_values,
     cases,
 )
+from bi_props.model.case import Batch, Case, Companion
+from bi_props.model.space import Extent, Space, load_profile, parse
 
 # A space narrower than the defaults in every direction, so that "respects the space" can fail.
 NARROW = parse(

@@ -1,4 +1,4 @@
-"""The ``switching`` property (bi_props.execution.switching) on planted two-way switches, each run
+"""The ``switching`` property (bi_props.runner.switching) on planted two-way switches, each run
 in a spawned interpreter as the property runs: a correct one holds, a non-re-entrant one is caught
 with its minimal steps, and one-way targets are "not applicable"."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from bi_props.execution import switching
+from bi_props.runner import switching
 
 PLANTED = Path(__file__).resolve().parent / "planted"
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from bi_props.model import catalogue
+from bi_props import catalogue
 from bi_props.model.case import parse_case
 
 USER_OPS = Path(__file__).parent / "user_ops"
@@ -66,7 +66,7 @@ def registry(monkeypatch: pytest.MonkeyPatch):
 
 def test_the_catalogue_imports_neither_torch_nor_hypothesis() -> None:
     code = (
-        "import sys, bi_props.model.catalogue, bi_props.model.space, bi_props.targets.module; "
+        "import sys, bi_props.catalogue, bi_props.model.space, bi_props.targets.module; "
         "assert 'torch' not in sys.modules and 'hypothesis' not in sys.modules"
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
@@ -210,8 +210,8 @@ def test_a_space_may_name_a_target_modules_ops(registry, tmp_path: Path) -> None
 def test_the_user_ops_draw_shape_gives_valid_cases(registry) -> None:
     import fused_gated  # noqa: F401  (registers my_silu_and_mul)
 
+    from bi_props.catalogue.strategies import cases
     from bi_props.model.space import parse
-    from bi_props.model.strategies import cases
 
     space = parse({"shapes": {"rows": {"min": 1, "max": 40}}}, "inline", "test")
     assert "my_silu_and_mul" in space.ops  # a registered op joins the default ops

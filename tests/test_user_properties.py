@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from bi_props.model import catalogue, property_spec
+from bi_props import catalogue
+from bi_props.model import property_spec
 from bi_props.model.case import parse_case
 
 USER_OPS = Path(__file__).parent / "user_ops"
@@ -88,7 +89,7 @@ def test_the_public_api_and_the_built_in_properties_are_records() -> None:
     assert all(isinstance(s, bi_props.PropertySpec) for s in property_spec.PROPERTIES.values())
     assert all(s.description for s in property_spec.PROPERTIES.values())
     controls = {p for p, s in property_spec.PROPERTIES.items() if s.control}
-    assert controls == set(catalogue.CONTROL_PROPERTIES)
+    assert controls == {"batch_invariance", "logprobs", "decode"}
     assert property_spec.PROPERTIES["parity"].both_states
     assert property_spec.PROPERTIES["routing"].needs_hello
 
@@ -96,7 +97,7 @@ def test_the_public_api_and_the_built_in_properties_are_records() -> None:
 def test_registering_a_property_adds_its_cells_and_control(registry) -> None:
     import strided_gated  # registers my_silu_and_mul (fused_gated) and layout_invariance
 
-    from bi_props.model.strategies import PROPERTIES
+    from bi_props.catalogue.strategies import PROPERTIES
 
     assert "layout_invariance" in property_spec.registered_properties()
     assert "layout_invariance" in PROPERTIES  # derived from the registry, not a copy
@@ -133,8 +134,8 @@ def test_a_property_without_ops_applies_where_opspec_lists_it(registry) -> None:
 def test_the_user_propertys_cases_follow_its_record(registry) -> None:
     import strided_gated  # noqa: F401
 
+    from bi_props.catalogue.strategies import cases
     from bi_props.model.space import parse
-    from bi_props.model.strategies import cases
 
     space = parse({"ops": {"include": ["my_silu_and_mul"]}}, "inline", "test")
 

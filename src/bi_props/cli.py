@@ -237,7 +237,7 @@ def _switch_problem(chosen: str | None, targets: list[str]) -> tuple[str, str | 
 def _space(args: argparse.Namespace):
     from dataclasses import replace
 
-    from .model.catalogue import OPS
+    from .catalogue import OPS
     from .model.space import SpaceError, _unknown_ops_hint, load, load_profile
     from .targets.module import declare_ops
 

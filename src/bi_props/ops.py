@@ -15,6 +15,101 @@ import torch.nn.functional as F
 from torch import Tensor
 
 
+def check_varlen_args(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor) -> list[int]:
+    """Validate the packed layout shared by the stock and the kernel version; the boundaries."""
+    torch._check(
+        q.dim() == 3 and k.dim() == 3 and v.dim() == 3,
+        lambda: (
+            f"varlen_attention: q, k, v must be (T, heads, head_dim), got {q.dim()}, "
+            f"{k.dim()}, {v.dim()} dims"
+        ),
+    )
+    tokens, heads, head_dim = q.shape
+    torch._check(
+        k.shape[0] == tokens and v.shape[0] == tokens and k.shape[1] == v.shape[1],
+        lambda: (
+            f"varlen_attention: k {tuple(k.shape)} and v {tuple(v.shape)} do not match q "
+            f"{tuple(q.shape)}"
+        ),
+    )
+    torch._check(k.shape[2] == head_dim, lambda: "varlen_attention: q and k head_dim differ")
+    kv_heads = k.shape[1]
+    torch._check(
+        kv_heads > 0 and heads % kv_heads == 0,
+        lambda: f"varlen_attention: {heads} query heads not a multiple of {kv_heads} kv heads",
+    )
+    torch._check(
+        cu_seqlens.dim() == 1 and not cu_seqlens.is_floating_point(),
+        lambda: "varlen_attention: cu_seqlens must be a 1-D integer tensor",
+    )
+    bounds = [int(b) for b in cu_seqlens.tolist()]
+    torch._check(
+        len(bounds) >= 1
+        and bounds[0] == 0
+        and bounds[-1] == tokens
+        and all(a <= b for a, b in itertools.pairwise(bounds)),
+        lambda: f"varlen_attention: cu_seqlens must rise from 0 to {tokens}, got {bounds}",
+    )
+    return bounds
+
+
+def check_paged_args(
+    query: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Tensor, seq_lens: Tensor
+) -> list[int]:
+    """Validate the paged decode layout shared by the stock and the kernel version; the
+    sequences' lengths. Every length is >= 1 (a decode step attends at least its own key) and
+    fits the sequence's row of the block table; block ids must lie in the pool."""
+    name = "paged_decode_attention"
+    torch._check(
+        query.dim() == 3 and k_cache.dim() == 4 and v_cache.dim() == 4,
+        lambda: (
+            f"{name}: query must be (B, heads, head_dim) and the caches (num_blocks,"
+            f" block_size, kv_heads, head_dim), got {query.dim()}, {k_cache.dim()},"
+            f" {v_cache.dim()} dims"
+        ),
+    )
+    batch, heads, head_dim = query.shape
+    num_blocks, block_size, kv_heads, _ = k_cache.shape
+    torch._check(
+        tuple(v_cache.shape[:3]) == tuple(k_cache.shape[:3]) and k_cache.shape[3] == head_dim,
+        lambda: (
+            f"{name}: k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} do not"
+            f" match query {tuple(query.shape)}"
+        ),
+    )
+    torch._check(
+        kv_heads > 0 and heads % kv_heads == 0,
+        lambda: f"{name}: {heads} query heads not a multiple of {kv_heads} kv heads",
+    )
+    torch._check(
+        block_table.dim() == 2 and block_table.shape[0] == batch and seq_lens.shape == (batch,),
+        lambda: (
+            f"{name}: block_table must be (B, max_blocks) and seq_lens (B,) for B = {batch},"
+            f" got {tuple(block_table.shape)} and {tuple(seq_lens.shape)}"
+        ),
+    )
+    torch._check(
+        not block_table.is_floating_point() and not seq_lens.is_floating_point(),
+        lambda: f"{name}: block_table and seq_lens must be integer tensors",
+    )
+    lengths = [int(n) for n in seq_lens.tolist()]
+    capacity = block_table.shape[1] * block_size
+    torch._check(
+        all(1 <= n <= capacity for n in lengths),
+        lambda: f"{name}: seq_lens {lengths} must lie in [1, {capacity}] (max_blocks * block_size)",
+    )
+    used = [
+        int(b)
+        for row, n in zip(block_table.tolist(), lengths, strict=True)
+        for b in row[: -(-n // block_size)]
+    ]
+    torch._check(
+        all(0 <= b < num_blocks for b in used),
+        lambda: f"{name}: block ids must lie in [0, {num_blocks}), got {sorted(set(used))}",
+    )
+    return lengths
+
+
 def add_rms_norm(
     x: Tensor, residual: Tensor, weight: Tensor, eps: float | None = None
 ) -> tuple[Tensor, Tensor]:
@@ -64,8 +159,6 @@ def varlen_attention(
     rounding) is chosen by the longest sequence in the batch. Query head h reads kv head
     h // (H // Hkv). Output (T, H, Dv) in q's dtype.
     """
-    from .targets.kernels.attention import check_varlen_args
-
     bounds = check_varlen_args(q, k, v, cu_seqlens)
     tokens, heads, _ = q.shape
     lengths = [b - a for a, b in itertools.pairwise(bounds)]
@@ -217,8 +310,6 @@ def paged_decode_attention(
     sequence's keys are grouped (and its rounding) depends on the longest sequence it is
     batched with.
     """
-    from .targets.kernels.paged_attention import check_paged_args
-
     lengths = check_paged_args(query, k_cache, v_cache, block_table, seq_lens)
     batch, heads, head_dim = query.shape
     block_size, kv_heads = k_cache.shape[1], k_cache.shape[2]

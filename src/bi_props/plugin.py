@@ -232,7 +232,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     if not set(PARAMS) <= set(metafunc.fixturenames):
         return
-    from .model.catalogue import cells, controls
+    from .catalogue import cells, controls
 
     state = metafunc.config.stash[_KEY]
     if metafunc.function.__name__.endswith("control"):

@@ -222,7 +222,7 @@ def test_tiny_model_writer(tmp_path):
 def test_suite_completed(engine_run):
     """The run went through: a report, every parametrised test present, no skip and no internal
     error; each failure a property failure or a worker failure; exit status 1 iff findings."""
-    from bi_props.model.catalogue import cells, controls
+    from bi_props.catalogue import cells, controls
 
     run = engine_run
     assert run.report is not None, run.log[-3000:]

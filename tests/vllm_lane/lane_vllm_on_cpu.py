@@ -152,7 +152,7 @@ def lane(tmp_path_factory) -> SuiteRun:
 def test_suite_completed_with_findings(lane):
     """The run went through: exit status 1 (tests failed), never a usage or internal error, a
     report, every parametrised test present, and every failure a property failure."""
-    from bi_props.model.catalogue import cells, controls
+    from bi_props.catalogue import cells, controls
 
     assert lane.report is not None, lane.log[-3000:]
     assert lane.returncode == 1, f"exit status {lane.returncode}:\n{lane.log[-3000:]}"
@@ -263,7 +263,7 @@ def test_switch_propagation_observed(lane):
 
 def test_findings_are_well_formed(lane):
     from bi_props.campaigns.session import Finding
-    from bi_props.model.strategies import PROPERTIES
+    from bi_props.catalogue.strategies import PROPERTIES
 
     required = {
         "target",

@@ -60,8 +60,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from bi_props import catalogue
 from bi_props.execution.materialize import bits, needle, operands, to_float64
-from bi_props.model import catalogue
 from bi_props.model.case import Batch, Case, Companion
 from bi_props.model.compare import compare_to_reference
 from bi_props.targets import vllm_kernels

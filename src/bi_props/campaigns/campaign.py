@@ -42,7 +42,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..model.catalogue import controls as catalogue_controls
+from ..catalogue import controls as catalogue_controls
 from ..model.space import Space
 from ..runner.controller import WorkerFailure
 from .fuzz import SLICE_EXAMPLES, Cell, Interrupted, _on_sigterm, cells_for, run_slice

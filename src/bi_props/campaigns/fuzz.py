@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 
-from ..model.catalogue import cells
+from ..catalogue import cells
 from ..model.space import Space
 from ..runner.controller import DeadlineReached
 from .session import (

@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
-from ..model.catalogue import controls as catalogue_controls
+from ..catalogue import controls as catalogue_controls
 from ..model.space import Space
 from .campaign import (
     COVERAGE_FILE,

@@ -18,13 +18,13 @@ from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
 from hypothesis.control import current_build_context
 
+from ..catalogue.strategies import cases
 from ..integrations import switches
 from ..model import property_spec
 from ..model.case import Case
 from ..model.known import KnownFailure
 from ..model.observation import Hello
 from ..model.space import Space
-from ..model.strategies import cases
 from ..reporting.ulp import coverage_extras, reference_ulps
 from ..runner.controller import (
     CONFIRM_PATIENCE,
@@ -201,7 +201,7 @@ class Session:
     # On: a failure whose signature is settled (``settled``) lets the example pass, so the search
     # goes on for other signatures. Set by the drivers (pytest plugin, run_slice).
     skip_settled: bool = False
-    # The `switching` property's verdict (bi_props.execution.switching), judged once at close.
+    # The `switching` property's verdict (bi_props.runner.switching), judged once at close.
     switching: dict[str, Any] = field(default_factory=dict)
     # (op, prop, switch, repr(case)) -> the signature that case failed with, until it passes again
     _failed_cases: dict[tuple, tuple] = field(default_factory=dict, repr=False)
@@ -895,7 +895,7 @@ class Session:
     def properties(self) -> list[dict[str, Any]]:
         """The properties this run's ops are checked for, in registry order, with what each
         means: a user's property is listed in every report beside the built-in ones."""
-        from ..model.catalogue import OPS
+        from ..catalogue import OPS
 
         ops = [OPS[op] for op in self.space.ops if op in OPS]
         used = {p for spec in ops for p in property_spec.properties_of(spec)}
@@ -984,7 +984,7 @@ class Session:
     def judge_switching(self) -> None:
         """The `switching` property, once: "not applicable" for one-way targets; a two-way
         switch is driven as state in a spawned interpreter, and a failure is a finding."""
-        from ..execution import switching
+        from ..runner import switching
 
         self.switching = switching.session_verdict(self.target)
         fields = switching.finding_fields(self.target, self.switching)

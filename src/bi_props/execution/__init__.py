@@ -1,5 +1,6 @@
-"""The worker side: turns cases into tensors and runs them; also the switching property's own
-interpreter.
+"""The worker side: turns cases into tensors and runs them (the observers, the probe model).
 
-Runs in worker processes; imports torch lazily and never imports Hypothesis or pytest.
+Runs in worker processes; imports only ``bi_props.model``, torch lazily, and never Hypothesis or
+pytest (import-linter holds it). The switching property's interpreter imports Hypothesis: it lives
+in ``bi_props.runner.switching``.
 """

@@ -8,15 +8,14 @@ property; the matching judge lives in properties.py, and ``property_spec.PROPERT
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
 from ..model.case import Case
-from ..model.catalogue import OPS
 from ..model.observation import Call, Observation, TensorBits
-from ..targets.base import Target
+from ..model.op_registry import OPS
+from ..model.target import Target
 from .materialize import batch_samples, bits, needle, operands, row_slice, to_float64
 
 
@@ -169,18 +168,6 @@ def observe_routing(case: Case, target: Target) -> dict[str, Any]:
     call = Call(call.outputs, call.error_type, call.error_message, events)
     evidence = {"identity": target.evidence(case.op), **target.switch_state()}
     return {"calls": {"op": call}, "evidence": evidence}
-
-
-def __getattr__(name: str) -> Any:
-    """``OBSERVERS`` ({property: observer}), derived from the registry on each access."""
-    if name == "OBSERVERS":
-        from ..model.property_spec import PROPERTIES
-
-        observers: dict[str, Callable[[Case, Target], dict[str, Any]]] = {
-            prop: spec.observer for prop, spec in PROPERTIES.items()
-        }
-        return observers
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def export(prop: str, case: Case, target: Target) -> dict[str, Any]:

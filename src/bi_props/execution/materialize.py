@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from ..model.case import Case
-from ..model.catalogue import OPS
 from ..model.compare import round_to_bits
+from ..model.op_registry import OPS
 
 _SPECIALS = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0])
 

@@ -17,7 +17,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from ..targets import BUILTIN
+from ..model.promise import broken_promises, describe, describe_steps, promise_message
+from ..model.target import BUILTIN_TARGETS as BUILTIN
 from .verl_switch import WATCHED
 
 PROVIDER_ENV = "BI_PROPS_SWITCH_PROVIDER"  # how the choice reaches the workers
@@ -64,7 +65,7 @@ def provide(provider: str, target: str, switch: str) -> dict[str, Any]:
     """Worker side, before the target is imported: put the switch in place; return the evidence
     of what was done (empty for ``env``). Raises TargetMissing/TargetBroken, which the worker
     turns into a hello with that status."""
-    from ..targets.base import TargetBroken
+    from ..model.target import TargetBroken
 
     problem = usage_error(provider, target)
     if problem is not None:
@@ -76,64 +77,7 @@ def provide(provider: str, target: str, switch: str) -> dict[str, Any]:
     return run(switch == "enabled")
 
 
-# -- what verl promises (judged by properties.routing) ------------------------------------------
-
-
-def broken_promises(evidence: Mapping[str, Any], switch: str) -> list[str]:
-    """verl's promises about the environment it leaves for the rollout, broken in this worker.
-
-    Enabled: ``VLLM_BATCH_INVARIANT == "1"`` and ``VERL_FULL_DETERMINISM == "1"`` (run_ppo sets
-    them and Ray forwards them), and ``VERL_SEED`` set where verl's server step ran (its
-    ``__init__`` sets it). Disabled: ``VLLM_BATCH_INVARIANT`` unset or ``"0"`` (verl writes
-    nothing and Ray forwards "0")."""
-    if evidence.get("provider") != "verl":
-        return []
-    env = evidence.get("env")
-    if not isinstance(env, Mapping):
-        return ["no record of the environment verl left (the provider's evidence has no 'env')"]
-    problems = []
-
-    def expect(name: str, ok: bool, expected: str) -> None:
-        if not ok:
-            problems.append(f"{name} expected {expected}, actual {env.get(name)!r}")
-
-    if switch == "enabled":
-        expect("VLLM_BATCH_INVARIANT", env.get("VLLM_BATCH_INVARIANT") == "1", "'1'")
-        expect("VERL_FULL_DETERMINISM", env.get("VERL_FULL_DETERMINISM") == "1", "'1'")
-        if evidence.get("server_ran"):
-            expect("VERL_SEED", bool(env.get("VERL_SEED")), "set (the rollout seed)")
-    else:
-        expect(
-            "VLLM_BATCH_INVARIANT", env.get("VLLM_BATCH_INVARIANT") in (None, "0"), "unset or '0'"
-        )
-    return problems
-
-
-def promise_message(evidence: Mapping[str, Any], switch: str, problems: list[str]) -> str:
-    """The routing finding's text for broken promises."""
-    state = "true" if switch == "enabled" else "false"
-    return (
-        f"verl promise broken: with rollout.full_determinism={state}, after verl's "
-        f"{describe_steps(evidence)}: " + "; ".join(problems)
-    )
-
-
-def describe(evidence: Mapping[str, Any], enabled: bool) -> str:
-    """How the switch was requested, for propagation messages."""
-    value = "1" if enabled else "0"
-    if evidence.get("provider") != "verl":
-        return f"VLLM_BATCH_INVARIANT={value}"
-    actual = (evidence.get("env") or {}).get("VLLM_BATCH_INVARIANT")
-    return (
-        f"verl rollout.full_determinism={'true' if enabled else 'false'} "
-        f"(VLLM_BATCH_INVARIANT={actual!r} as verl left it)"
-    )
-
-
-def describe_steps(evidence: Mapping[str, Any]) -> str:
-    """``driver ran, server ran`` or ``driver ran, server not run (why)``."""
-    server = evidence.get("server", "?")
-    return f"driver {evidence.get('driver', '?')}, server {server}"
+# What verl promises (judged by properties.routing): the pure rules live in model/promise.py.
 
 
 def rows(evidence: Mapping[str, Any]) -> dict[str, str]:
@@ -156,3 +100,20 @@ def rows(evidence: Mapping[str, Any]) -> dict[str, str]:
     if evidence.get("vllm_alias"):
         out["verl_vllm_alias"] = str(evidence["vllm_alias"])
     return out
+
+
+__all__ = [
+    "DEFAULT",
+    "PROVIDERS",
+    "PROVIDER_ENV",
+    "READS_SWITCH_ENV",
+    "SwitchUsageError",
+    "broken_promises",
+    "describe",
+    "describe_steps",
+    "promise_message",
+    "provide",
+    "rows",
+    "selected",
+    "usage_error",
+]

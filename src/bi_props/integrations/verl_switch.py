@@ -42,7 +42,7 @@ from types import SimpleNamespace
 from typing import Any
 from unittest.mock import MagicMock, patch
 
-from ..targets.base import TargetBroken, TargetMissing
+from ..model.target import TargetBroken, TargetMissing
 
 # The variables verl promises (and PYTHONHASHSEED, recorded but not promised to the target). Here,
 # not in switches.py, so that the dependency runs one way: switches -> verl_switch.

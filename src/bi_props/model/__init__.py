@@ -1,5 +1,7 @@
-"""The model of a test: cases, search spaces, op and property specs, bounds, comparison, judges.
+"""The vocabulary of a test: cases, search spaces, the op and property records and their
+registries, bounds, comparison, the judges, the switch promises and the Target contract.
 
-Shared by both sides and free of torch: the controller draws cases (strategies.py and shapes.py use
-Hypothesis) and judges observations with it; the worker reads op and property specs from it.
+The bottom layer, shared by both sides: it imports nothing of bi_props above it, and neither torch,
+Hypothesis nor pytest at import (pyproject.toml's import-linter contracts). The built-in records
+are data above it (``bi_props.catalogue``); the case strategies too (``catalogue/strategies.py``).
 """

@@ -101,7 +101,7 @@ def _entries(path: Path, data: dict[str, Any], table: str) -> list[dict[str, Any
 
 
 def _check_cell(path: Path, where: str, entry: dict[str, Any], required: tuple[str, ...]) -> None:
-    from .catalogue import OPS
+    from .op_registry import OPS
     from .property_spec import properties_of
 
     for key in required:

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .catalogue import Reference
+from .opspec import Reference
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..integrations import switches
+from . import promise as switches
 from .compare import compare_bits, compare_to_reference, ulp_summary
 from .observation import Call, Hello, Observation
 
@@ -113,7 +113,7 @@ def logprobs(obs: Observation) -> Verdict:
 def explain_model(verdict: Verdict, obs: Observation, covered: tuple[str, ...]) -> Verdict:
     """Where to look when the model drifts: catalogue ops it used that the target does not claim,
     and ops outside the catalogue that can depend on the batch (not plain data movement)."""
-    from .catalogue import ATEN_BENIGN, ATEN_TO_OP
+    from .op_registry import ATEN_BENIGN, ATEN_TO_OP
 
     if verdict.ok:
         return verdict

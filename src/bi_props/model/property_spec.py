@@ -18,15 +18,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..execution import execute
-from . import properties
+from .registry import Registry
 
 if TYPE_CHECKING:
-    from ..targets.base import Target
     from .case import Case
-    from .catalogue import OpSpec
     from .observation import Observation
+    from .opspec import OpSpec
     from .properties import Verdict
+    from .target import Target
 
 SWITCH_STATES = ("enabled", "disabled")
 BOTH = ("both",)
@@ -103,111 +102,11 @@ class PropertySpec:
         return op.name in self.ops
 
 
-BUILTIN = (
-    PropertySpec(
-        "routing",
-        execute.observe_routing,
-        properties.routing,
-        "switch propagation and routing: enabled, each covered entry point shows positive "
-        "evidence of reaching the target's kernels; disabled, none does",
-        needs_hello=True,
-    ),
-    PropertySpec(
-        "reference",
-        execute.observe_reference,
-        properties.reference,
-        "agreement with the float64 CPU reference: bit-exact on exact inputs, else within the "
-        "stated bound for the target's declared internal precision",
-        values=("exact", "general", "wide"),
-    ),
-    PropertySpec(
-        "batch_invariance",
-        execute.observe_batch_invariance,
-        properties.batch_invariance,
-        "the needle's rows alone == the same rows inside a batch of N samples at any position, "
-        "bitwise",
-        control=True,
-        values=("general", "wide", "exact"),
-        batched=True,
-        reports_unclaimed=True,
-    ),
-    PropertySpec(
-        "determinism",
-        execute.observe_determinism,
-        properties.determinism,
-        "the same call on the same (batched) tensors twice gives the same bits",
-        values=("general", "wide", "special"),
-        batched=True,
-    ),
-    PropertySpec(
-        "parity",
-        execute.observe_parity,
-        properties.parity,
-        "switching on changes nothing of the contract: raises or not, exception type, output "
-        "dtype, shape, device",
-        switches=BOTH,
-        values=("general", "exact", "special"),
-    ),
-    PropertySpec(
-        "logprobs",
-        execute.observe_logprobs,
-        properties.logprobs,
-        "model level: the probe model's per-token logprobs of a needle alone == inside a batch, "
-        "bitwise",
-        control=True,
-        batched=True,
-        explain=properties.explain_model,
-        inference_promise=True,
-        reports_unclaimed=True,
-    ),
-    PropertySpec(
-        "decode",
-        execute.observe_decode,
-        properties.decode,
-        "model level: one decode step on the KV cache gives the prefill's logprobs, bitwise",
-        control=True,
-        inference_promise=True,
-    ),
-)
-
-PROPERTIES: dict[str, PropertySpec] = {spec.name: spec for spec in BUILTIN}
-"""Every property this process knows, by name, in registration order (built-in ones first)."""
-BUILTIN_PROPERTIES = tuple(PROPERTIES)
-_ORIGINS: dict[str, str] = {}
-
-
-def _origin(spec: PropertySpec) -> str:
-    if spec.name in BUILTIN_PROPERTIES:
-        return "built into bi_props (bi_props.model.property_spec)"
-    return _ORIGINS.get(spec.name, "registered earlier")
-
-
 def _module(spec: PropertySpec) -> str:
     return repr(getattr(spec.observer, "__module__", None) or "an unknown module")
 
 
-def register_property(spec: PropertySpec) -> PropertySpec:
-    """Add a user's property to ``PROPERTIES`` of this process; returns the registered spec.
-
-    Registering the identical spec again is a no-op. Another spec under a taken name, or a spec
-    missing what running it needs, raises one ``ValueError`` saying what, where and how to fix
-    it. A target module's ``EXTRA_PROPERTIES`` are registered this way in the controller and in
-    every worker (before its ``EXTRA_OPS``, which may list them); a property registered by hand
-    must be registered in the workers too (put it in a target's ``EXTRA_PROPERTIES``)."""
-    if not isinstance(spec, PropertySpec):
-        raise TypeError(
-            f"register_property needs a bi_props.PropertySpec, got {type(spec).__name__}"
-        )
-    existing = PROPERTIES.get(spec.name)
-    if existing is not None:
-        if existing is spec or existing == spec:
-            return existing
-        raise ValueError(
-            f"register_property: property name {spec.name!r} is taken: {_origin(existing)} "
-            f"defines a different spec under it (this one comes from {_module(spec)}). Rename "
-            f"yours (PropertySpec(name=...)) or register the same PropertySpec object (import "
-            f"it instead of redefining it)"
-        )
+def _check(spec: PropertySpec) -> list[str]:
     problems = []
     if not isinstance(spec.name, str) or not spec.name.isidentifier():
         problems.append(f"name {spec.name!r} must be a Python identifier")
@@ -231,15 +130,31 @@ def register_property(spec: PropertySpec) -> PropertySpec:
     ops = spec.ops
     if not (ops is None or callable(ops) or (isinstance(ops, tuple) and all(map(_is_str, ops)))):
         problems.append("ops must be None, a tuple of op names or a predicate (OpSpec) -> bool")
-    if problems:
-        raise ValueError(
-            f"register_property: PropertySpec {spec.name!r} (from {_module(spec)}) cannot be "
-            f"registered: {'; '.join(problems)}. See bi_props.PropertySpec's docstring and "
-            f"docs/properties.md"
-        )
-    PROPERTIES[spec.name] = spec
-    _ORIGINS[spec.name] = f"module {_module(spec)}"
-    return spec
+    return problems
+
+
+PROPERTIES: Registry[PropertySpec] = Registry(
+    "property",
+    PropertySpec,
+    _check,
+    _module,
+    fix="PropertySpec(name=...)",
+    docs="docs/properties.md",
+)
+"""Every property this process knows, by name, in registration order (the built-in ones, in
+``bi_props.catalogue.properties``, first)."""
+_ORIGINS = PROPERTIES.origins
+
+
+def register_property(spec: PropertySpec) -> PropertySpec:
+    """Add a user's property to ``PROPERTIES`` of this process; returns the registered spec.
+
+    Registering the identical spec again is a no-op. Another spec under a taken name, or a spec
+    missing what running it needs, raises one ``ValueError`` saying what, where and how to fix
+    it. A target module's ``EXTRA_PROPERTIES`` are registered this way in the controller and in
+    every worker (before its ``EXTRA_OPS``, which may list them); a property registered by hand
+    must be registered in the workers too (put it in a target's ``EXTRA_PROPERTIES``)."""
+    return PROPERTIES.register(spec)
 
 
 def _is_str(value: Any) -> bool:
@@ -259,7 +174,7 @@ def get(name: str) -> PropertySpec:
 
 def registered_properties() -> tuple[str, ...]:
     """The properties registered beyond the built-in ones, in registration order."""
-    return tuple(p for p in PROPERTIES if p not in BUILTIN_PROPERTIES)
+    return PROPERTIES.registered()
 
 
 def properties_of(op: OpSpec) -> tuple[str, ...]:
@@ -286,3 +201,10 @@ __all__ = [
     "register_property",
     "registered_properties",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "BUILTIN_PROPERTIES":  # the built-in names, once the provider has installed them
+        PROPERTIES._ensure()
+        return PROPERTIES.builtin
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

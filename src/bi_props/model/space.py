@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .case import DTYPES, LAYOUTS, VALUE_CLASSES
-from .catalogue import OPS
+from .op_registry import OPS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -38,7 +38,7 @@ def _unknown_ops_hint(target: Any = None) -> str:
     """Why a target module's own ops may be missing (its EXTRA_OPS could not be read): the
     space's own ``[profile] target`` where it names one (other modules this process failed to
     read earlier are no reason here), else every module that could not be read."""
-    from ..targets.module import _DECLARED
+    from .declare import _DECLARED
 
     problems = [
         f"{spec}: {why}"
@@ -201,7 +201,7 @@ def parse(data: dict[str, Any], source: str, profile: str) -> Space:
         data.get("profile", {}).get("target") if isinstance(data.get("profile"), dict) else None
     )
     if isinstance(target, str):  # a third-party target's own ops (EXTRA_OPS) count from here on
-        from ..targets.module import declare_ops
+        from .declare import declare_ops
 
         declare_ops(target)
     for section, body in data.items():

@@ -200,7 +200,7 @@ def shape_bucket(shape: list[int] | tuple[int, ...]) -> str:
 def axis_names(op: str) -> tuple[str, str]:
     """Names of the scatter axes for an op: (rows, second shape entry) from the catalogue."""
     try:
-        from ..model.catalogue import OPS
+        from ..catalogue import OPS
 
         doc = OPS[op].shape_doc
     except Exception:
@@ -289,6 +289,19 @@ class ReportData:
             ) == target:
                 return entry.get("reason", "")
         return None
+
+    def cell_status(self, cell: dict[str, Any]) -> tuple[str, list[FindingStatus]]:
+        """A cell's status for the Cells section of every report (md and html) and its
+        findings: the findings' statuses, else "passed" / "not run", and "routing not
+        observable" for a passed cell whose routing could not be seen."""
+        key = (cell["target"], cell["op"], cell["property"], cell["switch"])
+        found = self.cell_findings(*key)
+        status = ", ".join(sorted({s.status for s in found})) or (
+            "passed" if cell.get("examples") else "not run"
+        )
+        if status == "passed" and self.unobservable(*key):
+            status = "routing not observable"
+        return status, found
 
     def unclaimed(self, target: str, op: str) -> dict[str, Any] | None:
         """What the enabled state showed for an op the target does not claim."""

@@ -221,14 +221,7 @@ def render(data: ReportData, plots: bool = True) -> str:
     parts.append("<h2>Cells</h2>")
     cell_rows = []
     for c in data.cells:
-        found = data.cell_findings(c["target"], c["op"], c["property"], c["switch"])
-        status = ", ".join(sorted({s.status for s in found})) or (
-            "passed" if c.get("examples") else "not run"
-        )
-        if status == "passed" and data.unobservable(
-            c["target"], c["op"], c["property"], c["switch"]
-        ):
-            status = "routing not observable"
+        status, _ = data.cell_status(c)
         cell_rows.append(
             [
                 escape(str(c["target"])),

@@ -198,14 +198,7 @@ def render(data: ReportData) -> str:
     out.append("| target | cell | examples (campaign) | this run | examples/s | status |")
     out.append("| --- | --- | --- | --- | --- | --- |")
     for c in data.cells:
-        found = data.cell_findings(c["target"], c["op"], c["property"], c["switch"])
-        status = ", ".join(sorted({s.status for s in found})) or (
-            "passed" if c.get("examples") else "not run"
-        )
-        if status == "passed" and data.unobservable(
-            c["target"], c["op"], c["property"], c["switch"]
-        ):
-            status = "routing not observable"
+        status, found = data.cell_status(c)
         seconds = c.get("seconds") or 0
         rate = f"{c.get('examples', 0) / seconds:.1f}" if seconds else ""
         if not found and c.get("examples") and c.get("examples_this_run") == 0:

@@ -27,7 +27,7 @@ from ..model.case import Case
 
 def call_source(case: Case) -> tuple[str, str]:
     """(definitions, expression) computing the op's output(s) from ``args`` and ``lengths``."""
-    from ..model.catalogue import OPS
+    from ..catalogue import OPS
 
     spec = OPS.get(case.op)
     if spec is None or spec.repro_call is None:

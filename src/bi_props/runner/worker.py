@@ -217,17 +217,16 @@ def _fork_self_test(timeout_s: float = 30.0) -> tuple[bool, str]:
 
 def _precisions(target) -> dict[str, str]:
     """The target's declared internal precision for every op with a float64 reference."""
-    from bi_props.model.catalogue import OPS
+    from bi_props.catalogue import OPS
 
     return {op: target.precision(op) for op, info in OPS.items() if "reference" in info.properties}
 
 
 def _load(target_spec: str, switch: str):
     """Import the target and turn its switch; missing stacks become a hello, not a crash."""
-    from bi_props.integrations import triton_compat
     from bi_props.integrations.switches import DEFAULT, PROVIDER_ENV, provide, rows
     from bi_props.model.observation import Hello
-    from bi_props.targets import TargetBroken, TargetMissing, resolve
+    from bi_props.targets import TargetBroken, TargetMissing, resolve, triton_compat
 
     try:
         # The switch provider first: "verl" sets VLLM_BATCH_INVARIANT with verl's own code.

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 import importlib
 
-from .base import SWITCH_ENV, Target, TargetBroken, TargetMissing, switch_requested
+from ..model.target import (
+    BUILTIN_TARGETS,
+    SWITCH_ENV,
+    Target,
+    TargetBroken,
+    TargetMissing,
+    switch_requested,
+)
 
-BUILTIN = {
-    "cpu": "bi_props.targets.cpu:CpuTarget",
-    "ascend": "bi_props.targets.ascend:AscendTarget",
-    "vllm": "bi_props.targets.vllm:VllmTarget",
-    "vllm-engine": "bi_props.targets.vllm_engine:VllmEngineTarget",
-    "sglang": "bi_props.targets.sglang:SglangTarget",
-    "vllm-ascend-triton": "bi_props.targets.vllm_ascend_triton:VllmAscendTritonTarget",
-}
+BUILTIN = BUILTIN_TARGETS
 
 
 def resolve(spec: str) -> Target:

@@ -131,6 +131,7 @@ def _choice(env: str, allowed: tuple[str, ...]) -> str:
 
 
 class AscendTarget(Target):
+    one_way = "enable_batch_invariant_mode() has no disable and no idempotence guard"
     name = "ascend"
     device = "npu"
     kernel_prefix = KERNEL_PREFIX
@@ -157,7 +158,7 @@ class AscendTarget(Target):
             raise TargetBroken(message)
         if state == "missing":
             raise TargetMissing(message)
-        from ..model.catalogue import OPS
+        from ..catalogue import OPS
 
         self._plan = plan(self._caps, self._switch, tuple(OPS))
 
@@ -307,7 +308,7 @@ class AscendTarget(Target):
     def entries(self) -> dict[str, tuple[str, ...]]:
         """torch_npu entry points (ENTRIES) and, for the vllm-ascend versions they were read for,
         the engine ops' adapters (``ascend_ops``), each only where the catalogue has the op."""
-        from ..model.catalogue import OPS
+        from ..catalogue import OPS
 
         return entries_for(self._caps.vllm_ascend, tuple(OPS))
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import importlib
 import math
-from collections.abc import Sequence
 from typing import Any
 
 from .ascend_routes import (
@@ -258,13 +257,3 @@ def npu_fused_moe(
         permuted_tokens=down, sorted_indices=expanded_row_idx.abs(), probs=weights
     )
     return out.view(tokens, hidden)
-
-
-ENTRY_FUNCTIONS: Sequence[str] = (
-    "npu_rms_norm",
-    "npu_fused_add_rms_norm",
-    "npu_silu_and_mul",
-    "npu_rotary_embedding",
-    "npu_paged_decode_attention",
-    "npu_fused_moe",
-)

@@ -1,115 +1,29 @@
-"""The one small interface every system under test implements (worker side only).
-
-A target knows how to turn its switch on in a fresh process, which device it runs on, which
-catalogue ops it claims to make batch-invariant, and what evidence shows that a call reached its
-kernels. The core never imports a target's packages: only the worker, after the switch is set,
-imports a target.
-"""
+"""The Target contract, re-exported where targets have always imported it from: it lives in
+``bi_props.model.target`` (the layer below), so that the model and the worker's execution can
+name it without importing a target."""
 
 from __future__ import annotations
 
-import os
-from typing import Any
+from ..model.target import (
+    BUILTIN_TARGETS,
+    STOCK_PRECISION,
+    SWITCH_ENV,
+    Target,
+    TargetBroken,
+    TargetMissing,
+    cpu_stock_precision,
+    stock_precision,
+    switch_requested,
+)
 
-SWITCH_ENV = "VLLM_BATCH_INVARIANT"
-
-
-class TargetMissing(RuntimeError):
-    """The target's stack is not installed here; the message says what and how to install it."""
-
-
-class TargetBroken(RuntimeError):
-    """The stack is installed but fails to load or to switch; the message carries the error."""
-
-
-def switch_requested() -> bool:
-    """The switch as upstream reads it: ``VLLM_BATCH_INVARIANT`` parsed as ``bool(int(value))``."""
-    return bool(int(os.environ.get(SWITCH_ENV, "0") or "0"))
-
-
-def stock_precision(device: str, op: str) -> str:
-    """What stock PyTorch computes ``op`` in on ``device``: measured on CPU (cpu.STOCK_PRECISION);
-    elsewhere "output" (cuBLAS may reduce 16-bit products in 16 bits, NPU kernels are unmeasured),
-    the looser bound, so an unswitched kernel is not accused of a precision it never promised."""
-    if device == "cpu":
-        from .cpu import stock_precision as cpu_stock
-
-        return cpu_stock(op)
-    return "output"
-
-
-class Target:
-    """Base class with the defaults; subclasses override what differs."""
-
-    name: str = "target"
-    device: str = "cpu"
-    kernel_prefix: str = ""
-
-    def check(self) -> None:
-        """Raise TargetMissing/TargetBroken before anything is switched."""
-
-    def activate(self) -> None:
-        """Called once in a fresh worker, after the environment holds the switch."""
-        raise NotImplementedError
-
-    def covered(self) -> tuple[str, ...]:
-        """Catalogue ops this target claims to make batch-invariant."""
-        return ()
-
-    def entries(self) -> dict[str, tuple[str, ...]]:
-        """Entry points that replace the catalogue's for some ops (e.g. torch_npu functions)."""
-        return {}
-
-    def routes(self) -> dict[str, tuple[str, ...]]:
-        """Per covered op: profiler events of which at least one must appear when enabled."""
-        return {}
-
-    def switch_state(self) -> dict[str, Any]:
-        """Evidence that the switch propagated: what the process itself reports.
-
-        Must contain ``active`` (bool): whether the target's kernels are installed now.
-        """
-        return {"active": False}
-
-    def evidence(self, op: str) -> dict[str, bool]:
-        """Identity checks for ``op`` (name -> whether the swapped function is in place)."""
-        return {}
-
-    def observe_routing(self) -> str:
-        """How routing is observed: 'profiler' (legacy autograd profiler events) or 'none'."""
-        return "profiler"
-
-    def repro_setup(self, enabled: bool) -> str:
-        """Python lines that put a fresh interpreter (with the switch variable already set) in
-        this switch state using only the target's own packages: the head of a reproducer."""
-        return ""
-
-    def precision(self, op: str) -> str:
-        """The internal (accumulation) precision of ``op``'s kernels in this process' switch
-        state: "float32", "bfloat16", "float16" or "output" (the output's own dtype). The
-        reference bound is computed for it, and exactness is claimed only within its range.
-        Batch-invariant kernels compute in float32: that is the default for the ops the target
-        claims while its kernels are active; everything else runs stock PyTorch, which declares
-        what it really does on this device (``stock_precision``)."""
-        if self.switch_state().get("active") and op in self.covered():
-            return "float32"
-        return stock_precision(self.device, op)
-
-    def environment(self) -> dict[str, str]:
-        """Versions and capabilities recorded in every report."""
-        import platform
-
-        import torch
-
-        return {"python": platform.python_version(), "torch": torch.__version__}
-
-    def promises_inference(self) -> bool:
-        """Whether the switch promises batch-invariant inference as a whole (an engine's switch,
-        e.g. ``VLLM_BATCH_INVARIANT=1``), not only the listed ops: then the model-level
-        properties are judged whatever ops the target swaps."""
-        return False
-
-    def routing_note(self) -> str:
-        """A warning about how (or whether) routing can be observed, shown once at the start of
-        a run and recorded in report.json; empty when the target's own events show routing."""
-        return ""
+__all__ = [
+    "BUILTIN_TARGETS",
+    "STOCK_PRECISION",
+    "SWITCH_ENV",
+    "Target",
+    "TargetBroken",
+    "TargetMissing",
+    "cpu_stock_precision",
+    "stock_precision",
+    "switch_requested",
+]

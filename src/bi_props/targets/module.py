@@ -44,34 +44,35 @@ import importlib
 import os
 from typing import Any
 
-from ..model.catalogue import OPS, PRECISIONS, OpSpec, register_op
-from .base import Target, TargetBroken, TargetMissing, stock_precision, switch_requested
+from ..catalogue import OPS, PRECISIONS
+from ..model.declare import (
+    _DECLARED,
+    OP_MODULES_ENV,
+    _load,
+    declare_from_environment,
+    declare_ops,
+    declared_modules,
+    register_extra_ops,
+    register_extra_properties,
+)
+from .base import Target, TargetBroken, stock_precision, switch_requested
+
+__all__ = [
+    "OP_MODULES_ENV",
+    "THINKING_MACHINES_OPS",
+    "ModuleTarget",
+    "declare_from_environment",
+    "declare_ops",
+    "declared_modules",
+    "register_extra_ops",
+    "register_extra_properties",
+    "registration_root",
+]
+"""The declaration side (loading by name, EXTRA_PROPERTIES/EXTRA_OPS) lives in
+``bi_props.model.declare``; it is re-exported here, where targets have always found it."""
 
 # What thinking-machines' batch_invariant_ops overrides (aten::mm, addmm, _log_softmax, mean.dim).
 THINKING_MACHINES_OPS = ("mm", "matmul", "linear", "addmm", "log_softmax", "mean")
-
-
-def _load(spec: str) -> Any:
-    module_name, _, attr = spec.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ModuleNotFoundError as exc:
-        if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
-            raise TargetMissing(
-                f"target module {module_name!r} is not importable ({exc}). Install it, or put it "
-                f"on PYTHONPATH; a built-in target is one of: cpu, vllm, ascend."
-            ) from None
-        raise TargetBroken(f"target module {module_name!r} failed to import: {exc!r}") from None
-    except Exception as exc:
-        raise TargetBroken(f"target module {module_name!r} failed to import: {exc!r}") from None
-    if not attr:
-        return module
-    try:
-        return getattr(module, attr)
-    except AttributeError:
-        raise TargetBroken(
-            f"target {spec!r}: module {module_name!r} has no attribute {attr!r}"
-        ) from None
 
 
 _SHARED_DIRECTORIES = ("site-packages", "dist-packages")
@@ -91,107 +92,6 @@ def registration_root(path: str | None) -> str | None:
     if os.path.basename(directory) in _SHARED_DIRECTORIES:
         return path
     return directory
-
-
-OP_MODULES_ENV = "BI_PROPS_OP_MODULES"
-"""Target modules whose EXTRA_OPS the controller registered: each worker registers them too (a
-campaign over several targets draws every target's ops for each)."""
-
-_DECLARED: dict[str, str | None] = {}
-
-
-def register_extra_properties(spec: str, obj: Any) -> tuple[str, ...]:
-    """Register ``obj.EXTRA_PROPERTIES`` (a list of PropertySpec); TargetBroken on anything
-    wrong with them. Before ``EXTRA_OPS``: an OpSpec's ``properties`` may name them."""
-    from ..model.property_spec import PropertySpec, register_property
-
-    extra = getattr(obj, "EXTRA_PROPERTIES", ())
-    try:
-        specs = list(extra)
-    except TypeError:
-        raise TargetBroken(
-            f"target {spec!r}: EXTRA_PROPERTIES must be a list of bi_props.PropertySpec, got "
-            f"{extra!r}"
-        ) from None
-    names = []
-    for prop in specs:
-        if not isinstance(prop, PropertySpec):
-            raise TargetBroken(
-                f"target {spec!r}: EXTRA_PROPERTIES holds {prop!r}, not a "
-                f"bi_props.PropertySpec; see docs/properties.md"
-            )
-        try:
-            register_property(prop)
-        except ValueError as exc:
-            raise TargetBroken(f"target {spec!r}: EXTRA_PROPERTIES: {exc}") from None
-        names.append(prop.name)
-    return tuple(names)
-
-
-def register_extra_ops(spec: str, obj: Any) -> tuple[str, ...]:
-    """Register ``obj.EXTRA_PROPERTIES`` then ``obj.EXTRA_OPS`` (a list of OpSpec); TargetBroken
-    on anything wrong with them, or with a property's ``ops`` naming an op no one declared."""
-    from ..model.property_spec import PROPERTIES, unknown_ops
-
-    properties = register_extra_properties(spec, obj)
-    extra = getattr(obj, "EXTRA_OPS", ())
-    try:
-        specs = list(extra)
-    except TypeError:
-        raise TargetBroken(
-            f"target {spec!r}: EXTRA_OPS must be a list of bi_props.OpSpec, got {extra!r}"
-        ) from None
-    names = []
-    for op in specs:
-        if not isinstance(op, OpSpec):
-            raise TargetBroken(
-                f"target {spec!r}: EXTRA_OPS holds {op!r}, not a bi_props.OpSpec; see docs/ops.md"
-            )
-        try:
-            register_op(op)
-        except ValueError as exc:
-            raise TargetBroken(f"target {spec!r}: EXTRA_OPS: {exc}") from None
-        names.append(op.name)
-    for prop in properties:
-        unknown = unknown_ops(PROPERTIES[prop], OPS)
-        if unknown:
-            raise TargetBroken(
-                f"target {spec!r}: EXTRA_PROPERTIES: property {prop!r} names unknown ops "
-                f"{unknown} in its ops; the catalogue has {list(OPS)}"
-            )
-    return tuple(names)
-
-
-def declare_ops(spec: str) -> str | None:
-    """Register a third-party target's EXTRA_OPS in this process (once per spec); built-in
-    targets declare none. Returns None, or why the module's ops could not be read (the worker
-    reports the same problem as a missing or broken target)."""
-    from . import BUILTIN
-
-    if spec in BUILTIN:
-        return None
-    if spec not in _DECLARED:
-        try:
-            register_extra_ops(spec, _load(spec))
-            _DECLARED[spec] = None
-        except (TargetMissing, TargetBroken) as exc:
-            _DECLARED[spec] = str(exc)
-    return _DECLARED[spec]
-
-
-def declared_modules() -> tuple[str, ...]:
-    """The target modules whose EXTRA_OPS this process registered (for the workers' environment)."""
-    return tuple(s for s, problem in _DECLARED.items() if problem is None)
-
-
-def declare_from_environment(own: str) -> None:
-    """In a worker: register the EXTRA_OPS of the modules the controller registered, except the
-    target's own (its ``check`` does that)."""
-    for spec in filter(None, os.environ.get(OP_MODULES_ENV, "").split(",")):
-        if spec != own:
-            problem = declare_ops(spec)
-            if problem is not None:
-                raise TargetBroken(f"the ops of target module {spec!r} cannot be loaded: {problem}")
 
 
 class ModuleTarget(Target):
@@ -309,25 +209,22 @@ class ModuleTarget(Target):
         return registration_root(getattr(module, "__file__", None))
 
     def _dumper(self) -> Any:
-        if self._dispatch is None and self._unobservable is None:
-            try:
-                import torch
+        from .dispatcher import cached_dumper
 
-                dump = torch._C._dispatch_dump
-                if "schema:" not in dump("aten::mm"):
-                    raise RuntimeError("unrecognised dump format")
-                self._dispatch = dump
-            except Exception as exc:
-                self._unobservable = (
-                    f"target {self._spec!r} has no KERNEL_PREFIX/ROUTES and the dispatcher "
-                    f"cannot be read (torch._C._dispatch_dump: {exc!r})"
-                )
+        self._dispatch, self._unobservable = cached_dumper(
+            self._dispatch,
+            self._unobservable,
+            lambda exc: (
+                f"target {self._spec!r} has no KERNEL_PREFIX/ROUTES and the dispatcher "
+                f"cannot be read (torch._C._dispatch_dump: {exc!r})"
+            ),
+        )
         return self._dispatch
 
     def kernel_is_own(self, qualified_name: str) -> bool | None:
         """Whether the active kernel of an aten op on the device's key is registered from the
         module's directory; None where the op has no kernel of its own on that key."""
-        from .vllm import location_path, parse_dispatch_kernel
+        from .dispatcher import location_path, parse_dispatch_kernel
 
         dump, root = self._dumper(), self._root()
         if dump is None or root is None:
@@ -357,7 +254,7 @@ class ModuleTarget(Target):
         False, which fails routing). Disabled: all of them (any True is a switch leak)."""
         if self._own_events():
             return {}
-        from .vllm import PATH_OPS
+        from .dispatcher import PATH_OPS
 
         names = PATH_OPS.get(op, ())
         checks: dict[str, bool] = {}

@@ -6,7 +6,7 @@ kernels on aten ops (mm, mm.out, addmm, _log_softmax, mean.dim, rms_norm, mm.dty
 device's dispatch key through ``torch.library.Library("aten", "IMPL")`` and swaps ``torch.bmm``;
 ``disable_batch_invariant_mode()`` destroys the library; ``set_batch_invariant_mode(enabled)`` is a
 context manager. Here one worker per switch state calls enable (or nothing); the ``switching``
-property (bi_props.execution.switching) exercises the switch as state.
+property (bi_props.runner.switching) exercises the switch as state.
 
 The file ``sglang/srt/batch_invariant_ops/batch_invariant_ops.py`` of the installed wheel (pip
 ``--no-deps``) is executed under its own module name; the names it imports from SGLang's package are
@@ -35,9 +35,10 @@ import sys
 import types
 from typing import Any
 
-from ..integrations import triton_compat
+from . import triton_compat
 from .base import Target, TargetBroken, TargetMissing, switch_requested
-from .vllm import ATTRIBUTE_PATHS, parse_dispatch_kernel, registrations_to_ops
+from .dispatcher import parse_dispatch_kernel
+from .vllm import ATTRIBUTE_PATHS, registrations_to_ops
 
 MODULE = "sglang.srt.batch_invariant_ops.batch_invariant_ops"
 KEY = "CPU"
@@ -213,7 +214,7 @@ class SglangTarget(Target):
 
     def covered(self) -> tuple[str, ...]:
         ops = set(registrations_to_ops(REGISTERS)) | {"rms_norm", "matmul", "linear"}
-        from ..model.catalogue import OPS
+        from ..catalogue import OPS
 
         return tuple(op for op in OPS if op in ops)
 

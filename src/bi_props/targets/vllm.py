@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from .base import SWITCH_ENV, Target, TargetBroken, TargetMissing, stock_precision, switch_requested
+from .dispatcher import PATH_OPS, cached_dumper, location_path, parse_dispatch_kernel
 
 # Where the batch-invariance module lives, newest first.
 MODULE_PATHS = (
@@ -79,23 +80,6 @@ CLAIM_OPS: dict[str, tuple[str, ...]] = {
     "softmax": ("aten::_softmax",),
     "log_softmax": ("aten::_log_softmax",),
     "mean": ("aten::mean.dim",),
-}
-
-# Disabled state: every aten op on any path of the catalogue op (matmul's batched form goes
-# through bmm, linear through addmm/matmul/mm...); none may be vLLM's (that would be a switch leak).
-PATH_OPS: dict[str, tuple[str, ...]] = {
-    "mm": ("aten::mm", "aten::mm.out"),
-    "addmm": ("aten::addmm", "aten::addmm.out"),
-    "matmul": ("aten::matmul", "aten::mm", "aten::bmm"),
-    "linear": ("aten::linear", "aten::addmm", "aten::matmul", "aten::mm"),
-    "bmm": ("aten::bmm", "aten::bmm.out"),
-    "sum": ("aten::sum", "aten::sum.dim_IntList"),
-    "mean": ("aten::mean.dim", "aten::mean"),
-    "softmax": ("aten::_softmax", "aten::softmax.int"),
-    "log_softmax": ("aten::_log_softmax", "aten::log_softmax.int"),
-    "rms_norm": ("aten::rms_norm", "aten::mean.dim"),
-    "add_rms_norm": ("aten::rms_norm", "aten::mean.dim"),
-    "attention": ("aten::_softmax", "aten::bmm", "aten::matmul"),
 }
 
 # Python-level swaps some releases make (e.g. ``torch.bmm = bmm_batch_invariant``).
@@ -175,32 +159,8 @@ def expected_registrations(version: str, kind: str) -> tuple[str, ...] | None:
 # the profiler, the first way of observing routing; here it carries the dispatcher's reason).
 UNOBSERVABLE_KEY = "profiler_error"
 
-_KERNEL_LINE = re.compile(
-    r"^(?P<key>[A-Za-z0-9_]+)(?P<inactive> \(inactive\))?: registered at "
-    r"(?P<where>.+?)(?: :: .*)?$"
-)
-
-
 # ---------------------------------------------------------------------------------------------
 # Pure helpers (no torch, no vLLM): unit-tested with literal samples.
-
-
-def parse_dispatch_kernel(dump: str, key: str) -> str | None:
-    """The location (``path:line``) of the active kernel for dispatch ``key`` in the text of
-    ``torch._C._dispatch_dump(op)``, or None when that key has no kernel of its own (composite
-    ops, an empty dump for an op that does not exist). Lines marked ``(inactive)`` are kernels
-    that a later registration overrode; they are skipped."""
-    for line in dump.splitlines():
-        match = _KERNEL_LINE.match(line.strip())
-        if match and match["key"] == key and not match["inactive"]:
-            return match["where"].strip()
-    return None
-
-
-def location_path(location: str) -> str:
-    """``/a/b.py:1314`` -> ``/a/b.py`` (the line number is optional)."""
-    path, sep, line = location.rpartition(":")
-    return path if sep and line.isdigit() else location
 
 
 def is_vllm_location(location: str | None, module_file: str | None) -> bool:
@@ -230,7 +190,7 @@ def parse_op_impls(impls: Iterable[str]) -> list[tuple[str, str]]:
 
 def registrations_to_ops(names: Iterable[str]) -> tuple[str, ...]:
     """Catalogue ops made covered by these aten registrations, in catalogue order."""
-    from ..model.catalogue import OPS
+    from ..catalogue import OPS
 
     ops = {REGISTRATION_TO_OP[name] for name in names if name in REGISTRATION_TO_OP}
     return tuple(op for op in OPS if op in ops)
@@ -389,6 +349,7 @@ def import_batch_invariant(
 
 
 class VllmTarget(Target):
+    one_way = "init_batch_invariance() is one-way (no disable): one process per switch state"
     name = "vllm"
     device = "cpu"
     kernel_prefix = ""  # vLLM's batch-invariant kernels are plain Python: no custom-op events
@@ -541,20 +502,14 @@ class VllmTarget(Target):
         return "none"  # the profiler shows nothing of vLLM's: the dispatcher is read instead
 
     def _dumper(self) -> Callable[[str], str] | None:
-        if self._dump is None and self._unobservable is None:
-            try:
-                import torch
-
-                dump = torch._C._dispatch_dump
-                sample = dump("aten::mm")
-                if "schema:" not in sample and "registered at" not in sample:
-                    raise RuntimeError(f"unrecognised dump format: {sample[:200]!r}")
-                self._dump = dump
-            except Exception as exc:
-                self._unobservable = (
-                    f"torch._C._dispatch_dump is unusable in this torch ({exc!r}); vLLM's kernels "
-                    f"produce no profiler events, so routing to them cannot be observed"
-                )
+        self._dump, self._unobservable = cached_dumper(
+            self._dump,
+            self._unobservable,
+            lambda exc: (
+                f"torch._C._dispatch_dump is unusable in this torch ({exc!r}); vLLM's "
+                f"kernels produce no profiler events, so routing to them cannot be observed"
+            ),
+        )
         return self._dump
 
     def kernel_is_vllm(self, qualified_name: str) -> bool | None:

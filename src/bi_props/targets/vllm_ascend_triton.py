@@ -44,13 +44,12 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from ..integrations import triton_compat
+from . import triton_compat
 from .base import SWITCH_ENV, Target, TargetBroken, TargetMissing, switch_requested
+from .dispatcher import PATH_OPS, parse_dispatch_kernel
 from .vllm import (
     CLAIM_OPS,
-    PATH_OPS,
     PredictionError,
-    parse_dispatch_kernel,
     parse_op_impls,
     predict_registrations,
     registrations_to_ops,
@@ -253,6 +252,7 @@ def load_module() -> Any:
 
 
 class VllmAscendTritonTarget(Target):
+    one_way = "vllm-ascend's enable_batch_invariant_mode() has no disable and no idempotence guard"
     name = "vllm-ascend-triton"
     device = "cpu"
     kernel_prefix = ""  # Python kernels on aten ops: the dispatcher is read instead
@@ -286,7 +286,7 @@ class VllmAscendTritonTarget(Target):
                 "# vllm-ascend's batch_invariant.py and Triton kernels from the unpacked wheel",
                 f"# (${SRC_ENV}), with bi_props' stated stand-ins (bi_props.targets."
                 "vllm_ascend_triton)",
-                "from bi_props.integrations import triton_compat",
+                "from bi_props.targets import triton_compat",
                 "triton_compat.apply(['relaxed_block_shape'])",
                 "from bi_props.targets.vllm_ascend_triton import load_module",
                 "bi = load_module()",

@@ -3,7 +3,7 @@
 The catalogue op ``engine`` sends the needle prompt alone, then inside a batch of random prompts,
 through ``prompt_logprobs`` (below) and compares the per-token logprobs bitwise (the ``logprobs``
 property; ``determinism`` sends the same batch twice). The model is a random-weight Llama written
-to a local folder by ``bi_props.integrations.engine.write_tiny_model`` (``$BI_PROPS_ENGINE_DIR``,
+to a local folder by ``bi_props.targets.engine.write_tiny_model`` (``$BI_PROPS_ENGINE_DIR``,
 default a folder under the temporary directory, reused while its spec matches): nothing is
 downloaded.
 
@@ -169,6 +169,7 @@ def _renamed(exc: Exception) -> str:
 
 
 class VllmEngineTarget(Target):
+    one_way = "the engine reads VLLM_BATCH_INVARIANT once: one process per switch state"
     name = "vllm-engine"
     device = "cpu"
     kernel_prefix = ""
@@ -197,8 +198,8 @@ class VllmEngineTarget(Target):
 
     def activate(self) -> None:
         global _ENGINE
-        from ..integrations.engine import read_spec, write_tiny_model
-        from ..model.catalogue import ENGINE_VOCAB
+        from ..catalogue import ENGINE_VOCAB
+        from .engine import read_spec, write_tiny_model
 
         state = f"{SWITCH_ENV}={os.environ.get(SWITCH_ENV)!r}"
         start = time.perf_counter()
@@ -258,7 +259,7 @@ class VllmEngineTarget(Target):
     def repro_setup(self, enabled: bool) -> str:
         return (
             "# The engine op needs vLLM and the tiny model:"
-            " bi_props.integrations.engine.write_tiny_model(dir),"
+            " bi_props.targets.engine.write_tiny_model(dir),"
             "\n# then vllm.LLM(model=dir, ...) as in bi_props.targets.vllm_engine.ENGINE_KWARGS."
         )
 

@@ -8,46 +8,9 @@ import math
 import torch
 from torch import Tensor
 
+from ...ops import check_varlen_args
 from .normalization import softmax_core
 from .primitives import compute_dtype, matmul_tree
-
-
-def check_varlen_args(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor) -> list[int]:
-    """Validate the packed layout shared by the stock and the kernel version; the boundaries."""
-    torch._check(
-        q.dim() == 3 and k.dim() == 3 and v.dim() == 3,
-        lambda: (
-            f"varlen_attention: q, k, v must be (T, heads, head_dim), got {q.dim()}, "
-            f"{k.dim()}, {v.dim()} dims"
-        ),
-    )
-    tokens, heads, head_dim = q.shape
-    torch._check(
-        k.shape[0] == tokens and v.shape[0] == tokens and k.shape[1] == v.shape[1],
-        lambda: (
-            f"varlen_attention: k {tuple(k.shape)} and v {tuple(v.shape)} do not match q "
-            f"{tuple(q.shape)}"
-        ),
-    )
-    torch._check(k.shape[2] == head_dim, lambda: "varlen_attention: q and k head_dim differ")
-    kv_heads = k.shape[1]
-    torch._check(
-        kv_heads > 0 and heads % kv_heads == 0,
-        lambda: f"varlen_attention: {heads} query heads not a multiple of {kv_heads} kv heads",
-    )
-    torch._check(
-        cu_seqlens.dim() == 1 and not cu_seqlens.is_floating_point(),
-        lambda: "varlen_attention: cu_seqlens must be a 1-D integer tensor",
-    )
-    bounds = [int(b) for b in cu_seqlens.tolist()]
-    torch._check(
-        len(bounds) >= 1
-        and bounds[0] == 0
-        and bounds[-1] == tokens
-        and all(a <= b for a, b in itertools.pairwise(bounds)),
-        lambda: f"varlen_attention: cu_seqlens must rise from 0 to {tokens}, got {bounds}",
-    )
-    return bounds
 
 
 @torch.no_grad()

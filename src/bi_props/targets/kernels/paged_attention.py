@@ -15,65 +15,9 @@ import math
 import torch
 from torch import Tensor
 
+from ...ops import check_paged_args
 from .normalization import softmax_core
 from .primitives import compute_dtype, matmul_tree
-
-
-def check_paged_args(
-    query: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Tensor, seq_lens: Tensor
-) -> list[int]:
-    """Validate the paged decode layout shared by the stock and the kernel version; the
-    sequences' lengths. Every length is >= 1 (a decode step attends at least its own key) and
-    fits the sequence's row of the block table; block ids must lie in the pool."""
-    name = "paged_decode_attention"
-    torch._check(
-        query.dim() == 3 and k_cache.dim() == 4 and v_cache.dim() == 4,
-        lambda: (
-            f"{name}: query must be (B, heads, head_dim) and the caches (num_blocks,"
-            f" block_size, kv_heads, head_dim), got {query.dim()}, {k_cache.dim()},"
-            f" {v_cache.dim()} dims"
-        ),
-    )
-    batch, heads, head_dim = query.shape
-    num_blocks, block_size, kv_heads, _ = k_cache.shape
-    torch._check(
-        tuple(v_cache.shape[:3]) == tuple(k_cache.shape[:3]) and k_cache.shape[3] == head_dim,
-        lambda: (
-            f"{name}: k_cache {tuple(k_cache.shape)} and v_cache {tuple(v_cache.shape)} do not"
-            f" match query {tuple(query.shape)}"
-        ),
-    )
-    torch._check(
-        kv_heads > 0 and heads % kv_heads == 0,
-        lambda: f"{name}: {heads} query heads not a multiple of {kv_heads} kv heads",
-    )
-    torch._check(
-        block_table.dim() == 2 and block_table.shape[0] == batch and seq_lens.shape == (batch,),
-        lambda: (
-            f"{name}: block_table must be (B, max_blocks) and seq_lens (B,) for B = {batch},"
-            f" got {tuple(block_table.shape)} and {tuple(seq_lens.shape)}"
-        ),
-    )
-    torch._check(
-        not block_table.is_floating_point() and not seq_lens.is_floating_point(),
-        lambda: f"{name}: block_table and seq_lens must be integer tensors",
-    )
-    lengths = [int(n) for n in seq_lens.tolist()]
-    capacity = block_table.shape[1] * block_size
-    torch._check(
-        all(1 <= n <= capacity for n in lengths),
-        lambda: f"{name}: seq_lens {lengths} must lie in [1, {capacity}] (max_blocks * block_size)",
-    )
-    used = [
-        int(b)
-        for row, n in zip(block_table.tolist(), lengths, strict=True)
-        for b in row[: -(-n // block_size)]
-    ]
-    torch._check(
-        all(0 <= b < num_blocks for b in used),
-        lambda: f"{name}: block ids must lie in [0, {num_blocks}), got {sorted(set(used))}",
-    )
-    return lengths
 
 
 @torch.no_grad()

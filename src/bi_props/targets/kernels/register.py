@@ -219,6 +219,21 @@ def _linear() -> Callable[..., Any]:
     return linear
 
 
+SWAPPED_OPS: dict[str, str] = {
+    "add_rms_norm": "add_rms_norm",
+    "attention": "varlen_attention",
+    "silu_and_mul": "silu_and_mul",
+    "gelu_and_mul": "gelu_and_mul",
+    "fused_add_rms_norm": "fused_add_rms_norm",
+    "rotary_embedding": "rotary_embedding",
+    "top_k": "top_k",
+    "fused_moe": "fused_moe",
+    "paged_decode_attention": "paged_decode_attention",
+}
+"""Catalogue op -> the ``bi_props.ops`` composite the enabled target swaps for its kernel (one
+of ``_swapped``'s; the CPU target's identity evidence reads it)."""
+
+
 def _swapped(ns: Any) -> dict[str, Callable[..., Any]]:
     def add_rms_norm(x, residual, weight, eps=None):
         """Batch-invariant ``bi_props.ops.add_rms_norm`` (custom op, see kernels.normalization)."""

@@ -17,7 +17,7 @@ invariant compares the model with the process:
   ``torch.mm`` alone equal the same rows inside a batch, bitwise.
 
 Switches are process-global, so the machine runs in a freshly spawned interpreter
-(``python -m bi_props.execution.switching TARGET``), which prints one JSON verdict. One-way
+(``python -m bi_props.runner.switching TARGET``), which prints one JSON verdict. One-way
 targets (vLLM, vllm-ascend, bi_props' own ``cpu``) are "not applicable": one process per switch
 state.
 """
@@ -31,21 +31,22 @@ import subprocess
 import sys
 from typing import Any
 
-ONE_WAY = {
-    "cpu": "registered once at worker start from VLLM_BATCH_INVARIANT; no disable",
-    "vllm": "init_batch_invariance() is one-way (no disable): one process per switch state",
-    "vllm-engine": "the engine reads VLLM_BATCH_INVARIANT once: one process per switch state",
-    "ascend": "enable_batch_invariant_mode() has no disable and no idempotence guard",
-    "vllm-ascend-triton": "vllm-ascend's enable_batch_invariant_mode() has no disable and no "
-    "idempotence guard",
-}
+
+def one_way(target: str) -> str:
+    """Why a built-in target's switch is one-way (its class's ``Target.one_way``), else "" (a
+    module target: ``load_switch`` finds out). The target's module is imported, not its stack."""
+    from ..model.target import BUILTIN_TARGETS
+
+    if target not in BUILTIN_TARGETS:
+        return ""
+    module, _, attr = BUILTIN_TARGETS[target].partition(":")
+    return getattr(importlib.import_module(module), attr).one_way
 
 
 def applicability(target: str) -> str | None:
     """None when the property applies to ``target``, else why not."""
-    if target in ONE_WAY:
-        return f"not applicable: {ONE_WAY[target]}"
-    return None
+    why = one_way(target)
+    return f"not applicable: {why}" if why else None
 
 
 class NotTwoWay(RuntimeError):
@@ -242,7 +243,7 @@ def judge(target: str, max_examples: int = 30, timeout_s: float = 900) -> dict[s
     if why:
         return {"ok": None, "message": why}
     proc = subprocess.run(
-        [sys.executable, "-m", "bi_props.execution.switching", target, str(max_examples)],
+        [sys.executable, "-m", "bi_props.runner.switching", target, str(max_examples)],
         capture_output=True,
         text=True,
         timeout=timeout_s,
@@ -294,11 +295,9 @@ def finding_fields(target: str, verdict: dict[str, Any]) -> dict[str, Any] | Non
 
 def main(argv: list[str]) -> int:
     if not argv:
-        print(
-            "usage: python -m bi_props.execution.switching TARGET [MAX_EXAMPLES]", file=sys.stderr
-        )
+        print("usage: python -m bi_props.runner.switching TARGET [MAX_EXAMPLES]", file=sys.stderr)
         return 2
-    from ..integrations import triton_compat
+    from ..targets import triton_compat
 
     triton_compat.install_from_env()
     try:

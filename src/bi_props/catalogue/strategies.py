@@ -15,17 +15,19 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from .case import Batch, Case, Companion
-from .catalogue import ENGINE_MAX_COMPANIONS, ENGINE_MAX_TOKENS, OPS, OpSpec, out_dtype
-from .property_spec import get as get_property
-from .space import Extent, Space
+from ..model.case import Batch, Case, Companion
+from ..model.op_registry import OPS
+from ..model.opspec import OpSpec, out_dtype
+from ..model.property_spec import get as get_property
+from ..model.space import Extent, Space
+from .models import ENGINE_MAX_COMPANIONS, ENGINE_MAX_TOKENS
 
 
 def __getattr__(name: str) -> Any:
     """``PROPERTIES`` (every property's name), ``BATCHED`` (those whose cases carry a batch) and
     ``_VALUES_FOR`` ({property: value classes}), derived from the registry on each access, so a
     property registered later (a target's EXTRA_PROPERTIES) is in them."""
-    from .property_spec import PROPERTIES as SPECS
+    from ..model.property_spec import PROPERTIES as SPECS
 
     if name == "PROPERTIES":
         return tuple(SPECS)

@@ -1,0 +1,347 @@
+"""Attention: packed variable-length attention and paged KV-cache decode attention.
+
+One op's helpers, shape strategy and OpSpec (in ``OPS``) side by side (``bi_props.catalogue``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..model.bounds import (
+    _gamma,
+    _output_rounding,
+)
+from ..model.case import Case
+from ..model.compare import unit_roundoff
+from ..model.opspec import (
+    Operand,
+    OpSpec,
+    Reference,
+)
+from ._shared import (
+    Shape,
+    _entry_function,
+    _never_exact,
+)
+
+
+def _attention_operands(case: Case) -> tuple[Operand, ...]:
+    return (Operand("q", 0), Operand("k", 0), Operand("v", 0))
+
+
+def _attention_shapes(case: Case, rows: int) -> tuple[tuple[int, ...], ...]:
+    _, heads, kv_heads, head_dim = case.shape
+    return ((rows, heads, head_dim), (rows, kv_heads, head_dim), (rows, kv_heads, head_dim))
+
+
+def _attention_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]) -> Any:
+    import torch
+
+    function = _entry_function(entry)  # looked up now: swaps show
+    q, k, v = args
+    cu = torch.tensor([0, *np.cumsum(lengths).tolist()], dtype=torch.int64)
+    return function(q, k, v, cu, 1.0 / math.sqrt(case.shape[3]), True)
+
+
+def _attention_reference(
+    x: Sequence[np.ndarray], case: Case, lengths: Sequence[int], acc: str = "float32"
+):
+    """Causal attention per sequence. The scores carry gamma_D * scale * sum|q||k| of error; softmax
+    turns a score error d into a relative weight error of about 2d, and the weighted sum of L values
+    adds gamma_L; all relative to sum_j p_j |v_j|."""
+    q, k, v = x
+    _, heads, kv_heads, head_dim = case.shape
+    scale = 1.0 / math.sqrt(head_dim)
+    group = heads // kv_heads
+    u = unit_roundoff(acc)
+    value = np.zeros_like(q)
+    error = np.zeros_like(q)
+    magnitude = np.zeros_like(q)
+    start = 0
+    for length in lengths:
+        sl = slice(start, start + length)
+        start += length
+        if length == 0:
+            continue
+        qs, ks, vs = q[sl], np.repeat(k[sl], group, axis=1), np.repeat(v[sl], group, axis=1)
+        with np.errstate(all="ignore"):
+            scores = np.einsum("ihd,jhd->hij", qs, ks) * scale
+            score_mag = np.einsum("ihd,jhd->hij", np.abs(qs), np.abs(ks)) * scale
+            mask = np.triu(np.ones((length, length), dtype=bool), 1)
+            scores = np.where(mask, -np.inf, scores)
+            m = scores.max(-1, keepdims=True)
+            p = np.exp(scores - m)
+            p = p / p.sum(-1, keepdims=True)
+            out = np.einsum("hij,jhd->ihd", p, vs)
+            weighted = np.einsum("hij,jhd->ihd", p, np.abs(vs))
+            # d: the error of each score, per (head, query).
+            d = _gamma(head_dim + 2, u) * np.where(mask, 0, score_mag).max(-1)
+            spread = np.where(mask, 0, np.abs(scores - m)).max(-1)
+            rel = 2 * d + u * (2 * spread + 8) + 2 * _gamma(length + head_dim, u)
+            value[sl] = out
+            error[sl] = rel.T[:, :, None] * weighted
+            magnitude[sl] = weighted
+    bound = _output_rounding(value, error, case.dtype, magnitude, acc)
+    return (Reference(value, bound, case.dtype, acc),)
+
+
+PAGED_STALE_SCALE = 256.0
+"""The pool's slots that no sequence owns (spare blocks, the tail of each sequence's last block)
+hold finite stale values of this scale, as a reused vLLM cache does: a kernel that reads past a
+sequence's length shows in the reference and in batch invariance. Not NaN: a real cache never
+holds NaN, and a kernel that masks a score to -inf but still multiplies its (finite) value by the
+zero weight is correct (vLLM's CPU kernel does: tests/vllm_lane/lane_vllm_ops.py)."""
+
+
+PAGED_SPARE_BLOCKS = 2
+"""Blocks in the pool beyond those the batch's sequences need (never referenced)."""
+
+
+PAGED_DECODE_BOUND = (
+    "per sequence and head, with L keys and scores s_j = scale q.k_j: each score is off by at most"
+    " d = gamma~_{D+2} scale max_j (|q|.|k_j|); softmax turns that into a relative weight error of"
+    " 2 d, plus u_acc (2 max_j |s_j - max s| + 8) for x - max, exp and the normalising division;"
+    " the normaliser and P @ V are sums of L terms: 2 gamma~_{L+D}; a split-KV kernel's combine"
+    " (rescaling each split by exp(m_split - m), one product and one division) adds 4 u_acc; all"
+    " relative to sum_j p_j |v_j|; plus one rounding to the output dtype and the smallest normal"
+)
+
+
+def _paged_operands(case: Case) -> tuple[Operand, ...]:
+    """query, k, v per sample: one row per KV token of the sequence (the query's last row is the
+    decode token's query; the others stand for the prefill's and are unused)."""
+    return (Operand("query", 0), Operand("k", 0), Operand("v", 0))
+
+
+def _paged_shapes(case: Case, rows: int) -> tuple[tuple[int, ...], ...]:
+    _, heads, kv_heads, head_dim, _ = case.shape
+    return ((rows, heads, head_dim), (rows, kv_heads, head_dim), (rows, kv_heads, head_dim))
+
+
+def paged_layout(
+    lengths: Sequence[int], block_size: int, placement: int
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """Where the batch's KV tokens live in the paged pool: (block_table, slots, num_blocks).
+
+    Sequence b owns ceil(L_b / block_size) blocks; the pool has those plus PAGED_SPARE_BLOCKS.
+    Placement 0 puts the blocks in batch order (the spares last); any other value permutes the
+    whole pool with numpy's PCG64 seeded by (placement, pool size): Hypothesis draws it, so each
+    sequence's blocks sit at positions it chose (and shrinks toward the plain order).
+    ``block_table`` is (B, max blocks) int32, unused entries 0; ``slots`` is each packed token's
+    slot, block * block_size + offset (int64)."""
+    counts = [-(-int(n) // block_size) for n in lengths]
+    total = sum(counts)
+    num_blocks = total + PAGED_SPARE_BLOCKS
+    order = np.arange(num_blocks)
+    if placement:
+        order = np.random.default_rng([int(placement), num_blocks]).permutation(num_blocks)
+    table = np.zeros((len(lengths), max(counts, default=0) or 1), dtype=np.int32)
+    slots = []
+    first = 0
+    for b, (n, count) in enumerate(zip(lengths, counts, strict=True)):
+        blocks = order[first : first + count]
+        first += count
+        table[b, :count] = blocks
+        t = np.arange(int(n))
+        slots.append(blocks[t // block_size] * block_size + t % block_size)
+    packed = np.concatenate(slots) if slots else np.zeros(0, dtype=np.int64)
+    return table, packed.astype(np.int64), num_blocks
+
+
+def paged_cache(
+    k: Any, v: Any, lengths: Sequence[int], block_size: int, placement: int
+) -> tuple[Any, Any, Any, Any]:
+    """Page packed k, v (tokens, Hkv, D) into pools of blocks: (k_cache, v_cache (num_blocks,
+    block_size, Hkv, D), block_table (B, max_blocks) int32, seq_lens (B,) int32), the blocks at
+    ``paged_layout``'s positions. Slots no sequence owns hold finite stale values (numpy's PCG64
+    seeded by (placement, num_blocks, 1), times PAGED_STALE_SCALE). Data movement only."""
+    import torch
+
+    table, slots, num_blocks = paged_layout(lengths, block_size, placement)
+    kv_heads, head_dim = k.shape[1], k.shape[2]
+    rng = np.random.default_rng([int(placement), num_blocks, 1])
+    stale = rng.standard_normal((2, num_blocks * block_size, kv_heads, head_dim))
+    pools = torch.from_numpy(stale * PAGED_STALE_SCALE).to(k.dtype)
+    index = torch.from_numpy(slots)
+    shape = (num_blocks, block_size, kv_heads, head_dim)
+    k_cache = pools[0].index_copy(0, index, k).reshape(shape)
+    v_cache = pools[1].index_copy(0, index, v).reshape(shape)
+    seq_lens = torch.tensor([int(n) for n in lengths], dtype=torch.int32)
+    return k_cache, v_cache, torch.from_numpy(table), seq_lens
+
+
+def paged_decode_call(
+    function: Callable[..., Any], args: Sequence[Any], case: Case, lengths: Sequence[int]
+) -> Any:
+    """Page the packed k, v (``paged_cache``), take each sequence's last query row and call
+    ``function`` with vLLM's decode arguments: (query (B, H, D), k_cache, v_cache, block_table,
+    seq_lens, scale = 1 / sqrt(D)). The operands' layouts reach only the copies into the cache
+    (the cache is what a kernel reads)."""
+    import torch
+
+    query, k, v = args
+    block_size, head_dim = case.shape[4], case.shape[3]
+    caches = paged_cache(k, v, lengths, block_size, case.opt("placement", 0))
+    last = torch.from_numpy(np.cumsum(np.asarray(lengths, dtype=np.int64)) - 1)
+    return function(query.index_select(0, last), *caches, 1.0 / math.sqrt(head_dim))
+
+
+def _paged_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]) -> Any:
+    return paged_decode_call(_entry_function(entry), args, case, lengths)
+
+
+def _paged_reference(
+    x: Sequence[np.ndarray], case: Case, lengths: Sequence[int], acc: str = "float32"
+):
+    """softmax(scale q k^T) v per sequence and query head in float64, q the sequence's last query
+    row, over all its L keys (decode: no causal mask); query head h reads kv head h // (H / Hkv).
+    The bound is PAGED_DECODE_BOUND (the ``attention`` op's, plus a split-KV combine)."""
+    query, k, v = x
+    _, heads, kv_heads, head_dim, _ = case.shape
+    scale, group, u = 1.0 / math.sqrt(head_dim), heads // kv_heads, unit_roundoff(acc)
+    count = len(lengths)
+    value = np.zeros((count, heads, head_dim))
+    error = np.zeros_like(value)
+    magnitude = np.zeros_like(value)
+    start = 0
+    for b, length in enumerate(lengths):
+        sl = slice(start, start + length)
+        start += length
+        q = query[start - 1]  # (H, D)
+        ks, vs = np.repeat(k[sl], group, axis=1), np.repeat(v[sl], group, axis=1)  # (L, H, D)
+        with np.errstate(all="ignore"):
+            scores = np.einsum("hd,lhd->hl", q, ks) * scale
+            score_mag = np.einsum("hd,lhd->hl", np.abs(q), np.abs(ks)) * scale
+            m = scores.max(-1, keepdims=True)
+            p = np.exp(scores - m)
+            p = p / p.sum(-1, keepdims=True)
+            value[b] = np.einsum("hl,lhd->hd", p, vs)
+            weighted = np.einsum("hl,lhd->hd", p, np.abs(vs))
+            d = _gamma(head_dim + 2, u) * score_mag.max(-1)
+            spread = np.abs(scores - m).max(-1)
+            rel = 2 * d + u * (2 * spread + 12) + 2 * _gamma(length + head_dim, u)
+            error[b] = rel[:, None] * weighted
+            magnitude[b] = weighted
+    bound = _output_rounding(value, error, case.dtype, magnitude, acc)
+    return (Reference(value, bound, case.dtype, acc),)
+
+
+def _paged_output_rows(case: Case, rows: int) -> int:
+    """A sample is one sequence; its output is its decode token's: one row."""
+    return 1
+
+
+def _paged_repro(case: Case) -> tuple[str, str]:
+    """The reproducer pages the cache exactly as the call does: the source of ``paged_layout``,
+    ``paged_cache`` and ``paged_decode_call`` is copied into the script (one definition, and the
+    script needs no bi_props for it), then the entry point is called."""
+    import inspect
+
+    module, _, attr = case.entry.rpartition(".")
+    shape, placement = case.shape, int(case.opt("placement", 0))
+    sources = "\n\n".join(
+        inspect.getsource(f) for f in (paged_layout, paged_cache, paged_decode_call)
+    )
+    definition = (
+        "import math\nfrom collections.abc import Callable, Sequence\nfrom typing import Any\n"
+        "import numpy as np\n"
+        f"import {module} as _paged_module  # looked up at call time (a target swaps it)\n"
+        "Case = Any\n"
+        f"PAGED_SPARE_BLOCKS = {PAGED_SPARE_BLOCKS!r}\nPAGED_STALE_SCALE = {PAGED_STALE_SCALE!r}\n"
+        f"\n\n{sources}\n\n"
+        "class _Case:  # what paged_decode_call reads of the case\n"
+        f"    shape = {tuple(shape)!r}\n"
+        "    def opt(self, name, default=None):\n"
+        f"        return {placement!r} if name == 'placement' else default\n"
+    )
+    expr = f"paged_decode_call(_paged_module.{attr}, args, _Case(), lengths)"
+    return definition, expr
+
+
+def draw_attention(draw: Any, ctx: Any) -> Shape:
+    space = ctx.space
+    length = ctx.extents(space.attention_length)
+    if ctx.prop == "batch_invariance":
+        length = ctx.integers(space.attention_length.min, min(space.attention_length.max, 8))
+    kv_heads = draw(ctx.choice(tuple([1, 2])))
+    heads = kv_heads * draw(ctx.choice(tuple([1, 2, 4])))
+    head_dim = draw(ctx.choice(tuple(space.head_dims)))
+    return (draw(length), heads, kv_heads, head_dim), {}
+
+
+def attention_companions(ctx: Any) -> Any:
+    return ctx.extents(ctx.space.attention_length)
+
+
+PAGED_MAX_CONTEXT = 512
+"""A sequence's context (the needle's and each companion's) is at most this many KV tokens."""
+
+
+def draw_paged_decode_attention(draw: Any, ctx: Any) -> Shape:
+    """(context, heads, kv_heads, head_dim, block_size), option placement.
+
+    The needle's context comes from the space's rows (tile-edge biased, at most 512) for every
+    property, batch invariance included: a decode kernel that splits the keys only does so past
+    some length, so the needle must be able to be long. GQA: heads = kv_heads * (1, 2 or 4);
+    head_dim from the space's attention head sizes; block_size 1..16, tile-edge biased (1, 15,
+    16, 17 clipped); placement 0 (blocks in batch order, what shrinking reaches) or a seed that
+    permutes the pool."""
+    from hypothesis import strategies as st
+
+    context = draw(ctx.extents(ctx.clip(ctx.space.rows, low=1, high=PAGED_MAX_CONTEXT)))
+    kv_heads = draw(ctx.choice((1, 2)))
+    heads = kv_heads * draw(ctx.choice((1, 2, 4)))
+    head_dim = draw(ctx.choice(tuple(ctx.space.head_dims)))
+    block_size = draw(ctx.extents(ctx.clip(ctx.space.rows, low=1, high=16), (1, 8, 16)))
+    placement = draw(st.one_of(st.just(0), st.integers(1, 2**31 - 1)))
+    return (context, heads, kv_heads, head_dim, block_size), {"placement": placement}
+
+
+def paged_decode_companions(ctx: Any) -> Any:
+    """The other sequences' contexts: the space's companion rows, at most 512 tokens each."""
+    return ctx.extents(ctx.clip(ctx.space.companion_rows, low=1, high=PAGED_MAX_CONTEXT))
+
+
+OPS: tuple[OpSpec, ...] = (
+    OpSpec(
+        name="attention",
+        entries=("bi_props.ops.varlen_attention",),
+        shape_doc="(length, heads, kv_heads, head_dim): q, k, v packed per sequence (causal)",
+        operands=_attention_operands,
+        operand_shapes=_attention_shapes,
+        call=_attention_call,
+        reference=_attention_reference,
+        exact_amplitude=_never_exact,
+        bound="Higham & Mary's gamma~ for the score dot products and the two length sums,"
+        " softmax's exp terms as above; relative to sum p |v|",
+        draw_shape=draw_attention,
+        companion_rows=attention_companions,
+    ),
+    OpSpec(
+        name="paged_decode_attention",
+        entries=("bi_props.ops.paged_decode_attention",),
+        shape_doc="(context, heads, kv_heads, head_dim, block_size): a sample is one sequence"
+        " of `context` KV tokens, query (context, heads, head_dim) and k, v (context,"
+        " kv_heads, head_dim) per token, of which the query's last row decodes; the call pages"
+        " k, v into a pool of blocks of block_size at positions drawn by Hypothesis (option"
+        " placement) and passes (query (B, heads, head_dim), k_cache, v_cache (num_blocks,"
+        " block_size, kv_heads, head_dim), block_table (B, max_blocks) int32, seq_lens (B,)"
+        " int32, scale); returns (B, heads, head_dim): one output row per sequence",
+        operands=_paged_operands,
+        operand_shapes=_paged_shapes,
+        call=_paged_call,
+        reference=_paged_reference,
+        exact_amplitude=_never_exact,
+        output_rows=_paged_output_rows,
+        bound=PAGED_DECODE_BOUND,
+        notes="the operands' layouts reach only the copy into the cache; unowned cache slots"
+        " hold finite stale values (PAGED_STALE_SCALE)",
+        draw_shape=draw_paged_decode_attention,
+        companion_rows=paged_decode_companions,
+        repro_call=_paged_repro,
+    ),
+)

@@ -1,0 +1,368 @@
+"""Normalisation: rms_norm, add_rms_norm, vLLM's in-place fused_add_rms_norm, layer_norm.
+
+One op's helpers, shape strategy and OpSpec (in ``OPS``) side by side (``bi_props.catalogue``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..model.bounds import (
+    _output_rounding,
+    _sum_error,
+)
+from ..model.case import Case
+from ..model.compare import unit_roundoff
+from ..model.opspec import (
+    Operand,
+    OpSpec,
+    Reference,
+)
+from ._shared import (
+    Shape,
+    _entry_function,
+    _never_exact,
+    _stock_or_import,
+)
+
+RMS_NORM_BOUND = (
+    "relative _sum_error(sum x^2) / (2 sum x^2) + 8 u_acc on each output; plus one rounding to the"
+    " output dtype and the smallest normal"
+)
+
+
+def _rms_norm_operands(case: Case) -> tuple[Operand, ...]:
+    return (Operand("input", 0), Operand("weight", None))
+
+
+def _rms_norm_shapes(case: Case, rows: int) -> tuple[tuple[int, ...], ...]:
+    _, h = case.shape
+    return ((rows, h), (h,))
+
+
+def _eps(case: Case) -> float:
+    """PyTorch's default eps is the epsilon of the *computation* type: float32's for bf16 and fp16
+    inputs too (ATen's opmath type), not the input dtype's."""
+    eps = case.opt("eps")
+    return 2.0**-23 if eps is None else float(eps)
+
+
+def _rms_norm_value(
+    x: np.ndarray, w: np.ndarray, eps: float, dtype: str, acc: str = "float32"
+) -> Reference:
+    """mean of squares (h positive terms, relative error e_s = _sum_error / sum), + eps, sqrt,
+    divide, times weight, all in ``acc``: relative error <= e_s / 2 + 8 u on each output (sqrt
+    halves the relative error of its argument; 8 u covers the six single roundings after it)."""
+    h, u = x.shape[-1], unit_roundoff(acc)
+    with np.errstate(all="ignore"):
+        sq = x * x
+        total = np.sum(sq, axis=-1, keepdims=True)
+        ms = total / max(h, 1)
+        value = x / np.sqrt(ms + eps) * w
+        relative = _sum_error(total, np.sum(sq * sq, axis=-1, keepdims=True), total, h, u)
+        relative = np.where(total > 0, relative / total / 2, 0.0) + 8 * u
+        error = relative * np.abs(value)
+    return Reference(value, _output_rounding(value, error, dtype, None, acc), dtype, acc)
+
+
+def _rms_norm_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]) -> Any:
+    import torch
+
+    x, w = args
+    if entry != "F.rms_norm":  # a target's own entry point (e.g. vLLM's _C kernel): (x, w, eps)
+        return _entry_function(entry)(x, w, case.opt("eps"))
+    return torch.nn.functional.rms_norm(x, (x.shape[-1],), w, eps=case.opt("eps"))
+
+
+def _rms_norm_reference(
+    x: Sequence[np.ndarray], case: Case, lengths: Sequence[int], acc: str = "float32"
+):
+    return (_rms_norm_value(x[0], x[1], _eps(case), case.dtype, acc),)
+
+
+def _add_rms_norm_operands(case: Case) -> tuple[Operand, ...]:
+    return (Operand("x", 0), Operand("residual", 0), Operand("weight", None))
+
+
+def _add_rms_norm_shapes(case: Case, rows: int) -> tuple[tuple[int, ...], ...]:
+    _, h = case.shape
+    return ((rows, h), (rows, h), (h,))
+
+
+def _add_rms_norm_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]) -> Any:
+    function = _entry_function(entry)  # looked up now: swaps show
+    x, residual, weight = args
+    y, *rest = function(x, residual, weight, _eps(case))
+    # Upstream variants return (y, rstd, x + residual) or (y, x + residual): keep y and the sum.
+    return (y, rest[-1])
+
+
+def _add_rms_norm_reference(
+    x: Sequence[np.ndarray], case: Case, lengths: Sequence[int], acc: str = "float32"
+):
+    """The residual output x + residual is one rounding of an exact sum: bitwise on exact inputs,
+    within one rounding otherwise. y is rms_norm of the *rounded* sum, as kernels compute it."""
+    from ..model.compare import bits_to_float64, round_to_bits
+
+    dtype = case.dtype
+    total = x[0] + x[1]
+    rounded = bits_to_float64(round_to_bits(total, dtype), dtype)
+    resid_tol = unit_roundoff(dtype) * np.abs(total)
+    return (
+        _rms_norm_value(rounded, x[2], _eps(case), dtype, acc),
+        Reference(total, resid_tol, dtype, acc),
+    )
+
+
+def _add_rms_norm_amplitude(case: Case, acc: str = "float32") -> int:
+    """Only the residual output can be exact; y involves sqrt and division."""
+    return 8
+
+
+def _fused_add_rms_norm_call(
+    entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]
+) -> Any:
+    """The op mutates x and residual: it runs on copies with the same shape and strides (so that
+    determinism's second call and the reference see the drawn inputs), and the op's outputs are
+    the two mutated copies (x <- rms_norm(x + residual) * weight, residual <- x + residual),
+    whatever the entry point returns: the in-place semantics are what is tested."""
+    import torch
+
+    x, residual, weight = args
+
+    def copy(t: Any) -> Any:
+        out = torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
+        return out.copy_(t)
+
+    xc, rc = copy(x), copy(residual)
+    _entry_function(entry)(xc, rc, weight, float(case.opt("eps", 1e-6)))
+    return (xc, rc)
+
+
+def _fused_add_rms_norm_reference(
+    x: Sequence[np.ndarray], case: Case, lengths: Sequence[int], acc: str = "float32"
+):
+    """As add_rms_norm's (x_out is rms_norm of the rounded sum times weight, residual_out the sum
+    rounded once), with the case's eps."""
+    from ..model.compare import bits_to_float64, round_to_bits
+
+    dtype = case.dtype
+    total = x[0] + x[1]
+    rounded = bits_to_float64(round_to_bits(total, dtype), dtype)
+    resid_tol = unit_roundoff(dtype) * np.abs(total)
+    eps = float(case.opt("eps", 1e-6))
+    return (
+        _rms_norm_value(rounded, x[2], eps, dtype, acc),
+        Reference(total, resid_tol, dtype, acc),
+    )
+
+
+_STOCK_FUSED_ADD_RMS_NORM = '''
+def fused_add_rms_norm(x, residual, weight, eps):
+    """Stock composite, vLLM semantics, in place: residual += x; x = rms_norm(residual) * weight."""
+    residual.add_(x)
+    x.copy_(F.rms_norm(residual, tuple(weight.shape), weight, eps))
+    return x, residual
+'''
+
+
+def _fused_add_rms_norm_repro(case: Case) -> tuple[str, str]:
+    definition = _stock_or_import(case, _STOCK_FUSED_ADD_RMS_NORM, "fused_add_rms_norm")
+    eps = float(case.opt("eps", 1e-6))
+    expr = (
+        f"(lambda x, r: (fused_add_rms_norm(x, r, args[2], {eps!r}), (x, r))[1])"
+        "(args[0].clone(), args[1].clone())"
+    )
+    return definition, expr
+
+
+def _layer_norm_operands(case: Case) -> tuple[Operand, ...]:
+    ops = (Operand("input", 0),)
+    return (*ops, Operand("weight", None), Operand("bias", None)) if case.opt("affine") else ops
+
+
+def _layer_norm_shapes(case: Case, rows: int) -> tuple[tuple[int, ...], ...]:
+    _, h = case.shape
+    return ((rows, h), (h,), (h,)) if case.opt("affine") else ((rows, h),)
+
+
+def _layer_norm_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]) -> Any:
+    import torch
+
+    x, *affine = args
+    w, b = affine if affine else (None, None)
+    eps = float(case.opt("eps", 1e-5))
+    if entry != "F.layer_norm":  # a target's own kernel: (x, weight, bias, eps)
+        return _entry_function(entry)(x, w, b, eps)
+    return torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b, eps)
+
+
+LAYER_NORM_BOUND = (
+    "mean: _sum_error / h + u_acc |mean|; d = x - mean: that + u_acc |d|; var: (2 sum |d| e_d +"
+    " sum e_d^2 + _sum_error(sum d^2) + 4 u_acc sum x^2) / h + u_acc var (two-pass, Welford or"
+    " one-pass E[x^2] - mean^2 alike); rstd relative e_var / (2 (var + eps)) + 4 u_acc; y = d rstd"
+    " w + b: (e_d + (rel_rstd + 2 u_acc) |d|) rstd |w| + u_acc |y|; plus one rounding to the"
+    " output dtype and the smallest normal"
+)
+
+
+def _layer_norm_reference(
+    x: Sequence[np.ndarray], case: Case, lengths: Sequence[int], acc: str = "float32"
+):
+    """(x - mean) / sqrt(var + eps) * w + b over the last dim (biased variance), in float64,
+    with the error of a kernel computing in ``acc`` (LAYER_NORM_BOUND, in words)."""
+    v, *affine = x
+    h, u, eps = case.shape[1], unit_roundoff(acc), float(case.opt("eps", 1e-5))
+    n = max(h, 1)
+    with np.errstate(all="ignore"):
+        total = np.sum(v, axis=-1, keepdims=True)
+        mean = total / n
+        e_mean = _sum_error(
+            total, np.sum(v * v, axis=-1, keepdims=True), np.sum(np.abs(v), -1, keepdims=True), n, u
+        )
+        e_mean = e_mean / n + u * np.abs(mean)
+        d = v - mean
+        e_d = e_mean + u * np.abs(d)
+        sq = d * d
+        ssq = np.sum(sq, axis=-1, keepdims=True)
+        var = ssq / n
+        e_var = 2 * np.sum(np.abs(d) * e_d, -1, keepdims=True) + np.sum(
+            e_d * e_d, -1, keepdims=True
+        )
+        e_var = e_var + _sum_error(ssq, np.sum(sq * sq, -1, keepdims=True), ssq, n, u)
+        e_var = (e_var + 4 * u * np.sum(v * v, -1, keepdims=True)) / n + u * var
+        rstd = 1.0 / np.sqrt(var + eps)
+        rel_rstd = e_var / (2 * (var + eps)) + 4 * u
+        y = d * rstd
+        error = (e_d + (rel_rstd + 2 * u) * np.abs(d)) * rstd
+        if affine:
+            w, b = affine
+            y = y * w + b
+            error = error * np.abs(w) + u * np.abs(y)
+    bound = _output_rounding(y, error, case.dtype, None, acc)
+    return (Reference(y, bound, case.dtype, acc),)
+
+
+def _layer_norm_repro(case: Case) -> tuple[str, str]:
+    eps = float(case.opt("eps", 1e-5))
+    if case.opt("affine"):
+        return "", f"F.layer_norm(args[0], (args[0].shape[-1],), args[1], args[2], {eps!r})"
+    return "", f"F.layer_norm(args[0], (args[0].shape[-1],), None, None, {eps!r})"
+
+
+def _rms_norm_repro(case: Case) -> tuple[str, str]:
+    if case.entry != "F.rms_norm":
+        module, _, attr = case.entry.rpartition(".")
+        return f"from {module} import {attr} as rms_norm\n", (
+            f"rms_norm(args[0], args[1], {case.opt('eps')!r})"
+        )
+    return "", f"F.rms_norm(args[0], (args[0].shape[-1],), args[1], eps={case.opt('eps')!r})"
+
+
+_STOCK_ADD_RMS_NORM = '''
+def add_rms_norm(x, residual, weight, eps=None):
+    """Stock composite: (rms_norm(x + residual) * weight, x + residual)."""
+    total = x + residual
+    return F.rms_norm(total, tuple(weight.shape), weight, eps), total
+'''
+
+
+def _add_rms_norm_repro(case: Case) -> tuple[str, str]:
+    module, _, attr = case.entry.rpartition(".")
+    if module == "bi_props.ops":
+        definition = _STOCK_ADD_RMS_NORM
+    else:
+        definition = f"from {module} import {attr} as add_rms_norm\n"
+    expr = f"(lambda y, *rest: (y, rest[-1]))(*add_rms_norm(*args, {_eps(case)!r}))"
+    return definition, expr
+
+
+def draw_rms_norm(draw: Any, ctx: Any) -> Shape:
+    options = {"eps": draw(ctx.choice(tuple([None, 1e-6])))}
+    return (draw(ctx.rows), draw(ctx.extents(ctx.clip(ctx.dim_extent, low=1)))), options
+
+
+def draw_add_rms_norm(draw: Any, ctx: Any) -> Shape:
+    return (draw(ctx.rows), draw(ctx.extents(ctx.clip(ctx.dim_extent, low=1)))), {}
+
+
+def draw_fused_add_rms_norm(draw: Any, ctx: Any) -> Shape:
+    options = {"eps": draw(ctx.choice(tuple([1e-6, 1e-5])))}
+    return (draw(ctx.rows), draw(ctx.extents(ctx.clip(ctx.dim_extent, low=1)))), options
+
+
+def draw_layer_norm(draw: Any, ctx: Any) -> Shape:
+    options = {"affine": draw(ctx.option("affine")), "eps": draw(ctx.option("eps"))}
+    return (draw(ctx.rows), draw(ctx.extents(ctx.clip(ctx.dim_extent, low=1)))), options
+
+
+OPS: tuple[OpSpec, ...] = (
+    OpSpec(
+        name="rms_norm",
+        entries=("F.rms_norm",),
+        shape_doc="(m, h): input (m, h) per sample, weight (h,) shared",
+        operands=_rms_norm_operands,
+        operand_shapes=_rms_norm_shapes,
+        call=_rms_norm_call,
+        reference=_rms_norm_reference,
+        exact_amplitude=_never_exact,
+        bound=RMS_NORM_BOUND,
+        draw_shape=draw_rms_norm,
+        repro_call=_rms_norm_repro,
+        aten_names=("aten::rms_norm",),
+    ),
+    OpSpec(
+        name="add_rms_norm",
+        entries=("bi_props.ops.add_rms_norm",),
+        shape_doc="(m, h): x and residual (m, h) per sample, weight (h,) shared; returns"
+        " (rms_norm(x + residual) * weight, x + residual)",
+        operands=_add_rms_norm_operands,
+        operand_shapes=_add_rms_norm_shapes,
+        call=_add_rms_norm_call,
+        reference=_add_rms_norm_reference,
+        exact_amplitude=_add_rms_norm_amplitude,
+        output_batch_axes=(0, 0),
+        inexact_outputs=(0,),
+        bound=RMS_NORM_BOUND + "; the residual x + residual: one rounding",
+        draw_shape=draw_add_rms_norm,
+        repro_call=_add_rms_norm_repro,
+    ),
+    OpSpec(
+        name="fused_add_rms_norm",
+        entries=("bi_props.ops.fused_add_rms_norm",),
+        shape_doc="(m, h): x and residual (m, h) per sample, weight (h,) shared; vLLM's"
+        " in-place op: residual <- x + residual, x <- rms_norm(residual) * weight; the"
+        " outputs are the two mutated inputs (x, residual)",
+        operands=_add_rms_norm_operands,
+        operand_shapes=_add_rms_norm_shapes,
+        call=_fused_add_rms_norm_call,
+        reference=_fused_add_rms_norm_reference,
+        exact_amplitude=_add_rms_norm_amplitude,
+        output_batch_axes=(0, 0),
+        inexact_outputs=(0,),
+        bound=RMS_NORM_BOUND + "; the residual x + residual: one rounding",
+        notes="in place: the call runs on copies of x and residual (same strides) and returns"
+        " them mutated",
+        draw_shape=draw_fused_add_rms_norm,
+        repro_call=_fused_add_rms_norm_repro,
+    ),
+    OpSpec(
+        name="layer_norm",
+        entries=("F.layer_norm",),
+        shape_doc="(m, h): input (m, h) per sample; with affine, weight and bias (h,) shared;"
+        " normalised over the last dim",
+        operands=_layer_norm_operands,
+        operand_shapes=_layer_norm_shapes,
+        call=_layer_norm_call,
+        reference=_layer_norm_reference,
+        exact_amplitude=_never_exact,
+        option_choices={"affine": (True, False), "eps": (1e-5, 1e-6)},
+        bound=LAYER_NORM_BOUND,
+        draw_shape=draw_layer_norm,
+        repro_call=_layer_norm_repro,
+        aten_names=("aten::layer_norm", "aten::native_layer_norm"),
+    ),
+)

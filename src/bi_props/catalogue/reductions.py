@@ -1,0 +1,299 @@
+"""Reductions: sum, mean, and the softmax family (softmax, log_softmax).
+
+One op's helpers, shape strategy and OpSpec (in ``OPS``) side by side (``bi_props.catalogue``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..model.bounds import (
+    _output_rounding,
+    _sum_error,
+)
+from ..model.case import Case
+from ..model.compare import exact_integer_limit, unit_roundoff
+from ..model.opspec import (
+    OpSpec,
+    Reference,
+    out_dtype,
+)
+from ._shared import (
+    Shape,
+    _dtype_kw,
+    _never_exact,
+    _x_operand,
+    _x_shape,
+)
+
+SUM_BOUND = (
+    "a sum of n terms: LAMBDA u_acc sqrt(sum x^2 + 2 E[sum s^2]) (_sum_error), capped by"
+    " ((1 + u_acc)^n - 1) sum |x|; mean: / n + 2 u_acc |mean|; plus one rounding to the output"
+    " dtype and the smallest normal"
+)
+
+
+SOFTMAX_BOUND = (
+    "relative u_acc (2 |x_i - max| + 8) + 2 u_acc sum_j |x_j - max| p_j + _sum_error(sum exp) /"
+    " sum exp (log_softmax: absolute, + u_acc |value|); plus one rounding to the output dtype and"
+    " the smallest normal"
+)
+
+
+def _dims(case: Case) -> tuple[int, ...]:
+    """The reduced dimensions, normalised and sorted (all of them when ``dim`` is None)."""
+    rank = len(case.shape)
+    dim = case.opt("dim")
+    if dim is None:
+        return tuple(range(rank))
+    dims = (dim,) if isinstance(dim, int) else tuple(dim)
+    return tuple(sorted(d % rank for d in dims)) if dims else tuple(range(rank))
+
+
+def _reduced_count(case: Case) -> int:
+    return math.prod(case.shape[d] for d in _dims(case))
+
+
+def _reduction_kwargs(case: Case) -> dict[str, Any]:
+    import torch
+
+    kwargs: dict[str, Any] = {}
+    if case.opt("dim") is not None:
+        kwargs["dim"] = case.opt("dim")
+        kwargs["keepdim"] = case.opt("keepdim", False)
+    if case.opt("dtype") is not None:
+        kwargs["dtype"] = getattr(torch, case.opt("dtype"))
+    return kwargs
+
+
+def _reduce_call(name: str) -> Callable[[str, Sequence[Any], Case, Sequence[int]], Any]:
+    def call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]) -> Any:
+        import torch
+
+        (x,) = args
+        kwargs = _reduction_kwargs(case)
+        if entry.startswith("Tensor."):
+            return getattr(x, name)(**kwargs)
+        return getattr(torch, name)(x, **kwargs)
+
+    return call
+
+
+def _reduce_reference(mean: bool):
+    def reference(
+        x: Sequence[np.ndarray], case: Case, lengths: Sequence[int], acc: str = "float32"
+    ):
+        """A sum of n terms accumulated in ``acc`` in any value-oblivious order: _sum_error."""
+        dims = _dims(case)
+        keep = bool(case.opt("keepdim", False)) and case.opt("dim") is not None
+        n, dtype, u = _reduced_count(case), out_dtype(case), unit_roundoff(acc)
+        with np.errstate(all="ignore"):
+            value = np.sum(x[0], axis=dims, keepdims=keep)
+            magnitude = np.sum(np.abs(x[0]), axis=dims, keepdims=keep)
+            squares = np.sum(x[0] * x[0], axis=dims, keepdims=keep)
+            error = _sum_error(value, squares, magnitude, n, u)
+            if mean:
+                value = value / n if n else np.full_like(value, np.nan)
+                # One more rounding for the division (or for a reciprocal multiply: two).
+                error = error / max(n, 1) + 2 * u * np.abs(value)
+        intermediate = magnitude / max(n, 1) if mean else magnitude
+        bound = _output_rounding(value, error, dtype, intermediate, acc)
+        return (Reference(np.asarray(value), bound, dtype, acc),)
+
+    return reference
+
+
+def _reduction_batchable(case: Case) -> bool:
+    return case.opt("dim") is not None and 0 not in _dims(case) and len(case.shape) > 1
+
+
+def _sum_amplitude(case: Case, acc: str = "float32") -> int:
+    return min(8, exact_integer_limit(acc) // max(_reduced_count(case), 1))
+
+
+def _mean_amplitude(case: Case, acc: str = "float32") -> int:
+    """Exact only when the count is a power of two: then the division is exact too."""
+    n = _reduced_count(case)
+    if n == 0 or n & (n - 1):
+        return 0
+    return _sum_amplitude(case, acc)
+
+
+def _softmax_call(name: str) -> Callable[[str, Sequence[Any], Case, Sequence[int]], Any]:
+    def call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]) -> Any:
+        import torch
+
+        (x,) = args
+        dim = case.opt("dim", -1)
+        dtype = getattr(torch, case.opt("dtype")) if case.opt("dtype") else None
+        if entry.startswith("Tensor."):
+            return getattr(x, name)(dim, dtype=dtype)
+        if entry.startswith("F."):
+            return getattr(torch.nn.functional, name)(x, dim=dim, dtype=dtype)
+        return getattr(torch, name)(x, dim, dtype=dtype)
+
+    return call
+
+
+def _softmax_reference(log: bool):
+    def reference(
+        x: Sequence[np.ndarray], case: Case, lengths: Sequence[int], acc: str = "float32"
+    ):
+        """Computed in ``acc``: x - max (one rounding: an argument error u |x - max|), exp (that
+        error, relative, plus a few ulp), a sum of n positive terms (relative error
+        e_s = _sum_error / sum, plus the terms' own errors weighted by their share), one division
+        or log. Hence, with d_i = |x_i - max| and p_i the softmax:
+        softmax relative error <= u (2 d_i + 8) + 2 u sum_j d_j p_j + e_s; log_softmax absolute
+        error <= the same + u |log_softmax|."""
+        dim, dtype, u = case.opt("dim", -1), out_dtype(case), unit_roundoff(acc)
+        v = x[0]
+        n = v.shape[dim] if v.ndim else 1
+        with np.errstate(all="ignore"):
+            m = np.max(v, axis=dim, keepdims=True) if v.size else v
+            shifted = v - m
+            e = np.exp(shifted)
+            s = np.sum(e, axis=dim, keepdims=True)
+            squares = np.sum(e * e, axis=dim, keepdims=True)
+            d = np.abs(shifted)
+            weighted = np.sum(np.where(e > 0, d * e, 0.0), axis=dim, keepdims=True) / s
+            slack = u * (2 * d + 8) + 2 * u * weighted + _sum_error(s, squares, s, n, u) / s
+            if log:
+                value = shifted - np.log(s)
+                error = slack + u * np.abs(value)
+                magnitude = np.abs(shifted) + np.abs(np.log(s))
+            else:
+                value = e / s
+                error = slack * value
+                magnitude = value
+        bound = _output_rounding(value, error, dtype, magnitude, acc)
+        return (Reference(value, bound, dtype, acc),)
+
+    return reference
+
+
+def _softmax_batchable(case: Case) -> bool:
+    return len(case.shape) > 1 and case.opt("dim", -1) % len(case.shape) != 0
+
+
+def _reduce_repro(case: Case) -> tuple[str, str]:
+    op, entry = case.op, case.entry
+    kwargs = []
+    if case.opt("dim") is not None:
+        kwargs += [f"dim={case.opt('dim')!r}", f"keepdim={case.opt('keepdim', False)!r}"]
+    if case.opt("dtype"):
+        kwargs.append(f"dtype={_dtype_kw(case)}")
+    joined = ", ".join(kwargs)
+    if entry.startswith("Tensor."):
+        return "", f"args[0].{op}({joined})"
+    return "", f"torch.{op}(args[0]{', ' if joined else ''}{joined})"
+
+
+def _softmax_repro(case: Case) -> tuple[str, str]:
+    op, entry = case.op, case.entry
+    dim, dtype = case.opt("dim", -1), _dtype_kw(case)
+    if entry.startswith("Tensor."):
+        return "", f"args[0].{op}({dim!r}, dtype={dtype})"
+    if entry.startswith("F."):
+        return "", f"F.{op}(args[0], dim={dim!r}, dtype={dtype})"
+    return "", f"torch.{op}(args[0], {dim!r}, dtype={dtype})"
+
+
+def draw_reduction(draw: Any, ctx: Any) -> Shape:
+    """sum and mean: rank 1-3 (2-3 for batch invariance: a full sum has no rows), a dim."""
+    from hypothesis import strategies as st
+
+    options: dict[str, Any] = {}
+    batch = ctx.prop == "batch_invariance"
+    rank = draw(ctx.integers(2 if batch else 1, 3))
+    shape = (draw(ctx.rows), *(draw(ctx.small if rank == 3 else ctx.dim) for _ in range(rank - 1)))
+    choices: list = [-1, rank - 1]
+    if rank == 3:
+        choices += [1, (1, 2), (-2,)]
+    if not batch:
+        choices += [None, 0, tuple(range(rank))]
+    options["dim"] = draw(ctx.choice(tuple(choices)))
+    if options["dim"] is not None:
+        options["keepdim"] = draw(st.booleans())
+    options["dtype"] = draw(ctx.choice(tuple([None, "float32"])))
+    return shape, options
+
+
+def draw_softmax(draw: Any, ctx: Any) -> Shape:
+    """softmax and log_softmax: rank 2-3, any dim but the rows' for batch invariance."""
+    options: dict[str, Any] = {}
+    rank = draw(ctx.integers(2, 3))
+    shape = (draw(ctx.rows), *(draw(ctx.small if rank == 3 else ctx.dim) for _ in range(rank - 1)))
+    dims = [*range(1, rank), -1]
+    if ctx.prop != "batch_invariance":
+        dims.append(0)
+    options["dim"] = draw(ctx.choice(tuple(sorted(set(dims), key=lambda x: (x != -1, x)))))
+    options["dtype"] = draw(ctx.choice(tuple([None, "float32"])))
+    return shape, options
+
+
+OPS: tuple[OpSpec, ...] = (
+    OpSpec(
+        name="sum",
+        entries=("torch.sum", "Tensor.sum"),
+        shape_doc="the input's shape (rank 1-3), rows first",
+        operands=_x_operand,
+        operand_shapes=_x_shape,
+        call=_reduce_call("sum"),
+        reference=_reduce_reference(mean=False),
+        exact_amplitude=_sum_amplitude,
+        batchable=_reduction_batchable,
+        bound=SUM_BOUND,
+        draw_shape=draw_reduction,
+        repro_call=_reduce_repro,
+        aten_names=("aten::sum",),
+    ),
+    OpSpec(
+        name="mean",
+        entries=("torch.mean", "Tensor.mean"),
+        shape_doc="the input's shape (rank 1-3), rows first",
+        operands=_x_operand,
+        operand_shapes=_x_shape,
+        call=_reduce_call("mean"),
+        reference=_reduce_reference(mean=True),
+        exact_amplitude=_mean_amplitude,
+        batchable=_reduction_batchable,
+        bound=SUM_BOUND,
+        draw_shape=draw_reduction,
+        repro_call=_reduce_repro,
+        aten_names=("aten::mean",),
+    ),
+    OpSpec(
+        name="softmax",
+        entries=("torch.softmax", "Tensor.softmax", "F.softmax"),
+        shape_doc="the input's shape (rank 2-3), rows first",
+        operands=_x_operand,
+        operand_shapes=_x_shape,
+        call=_softmax_call("softmax"),
+        reference=_softmax_reference(log=False),
+        exact_amplitude=_never_exact,
+        batchable=_softmax_batchable,
+        bound=SOFTMAX_BOUND,
+        draw_shape=draw_softmax,
+        repro_call=_softmax_repro,
+        aten_names=("aten::_softmax", "aten::softmax"),
+    ),
+    OpSpec(
+        name="log_softmax",
+        entries=("torch.log_softmax", "Tensor.log_softmax", "F.log_softmax"),
+        shape_doc="the input's shape (rank 2-3), rows first",
+        operands=_x_operand,
+        operand_shapes=_x_shape,
+        call=_softmax_call("log_softmax"),
+        reference=_softmax_reference(log=True),
+        exact_amplitude=_never_exact,
+        batchable=_softmax_batchable,
+        bound=SOFTMAX_BOUND,
+        draw_shape=draw_softmax,
+        repro_call=_softmax_repro,
+        aten_names=("aten::_log_softmax", "aten::log_softmax"),
+    ),
+)

@@ -1,0 +1,140 @@
+"""The error-bound maths the references use: probabilistic sum bounds, the output rounding and
+the exact-integer amplitude (public as ``bi_props.sum_error``, ``output_rounding``,
+``product_reference``, ``bounded_amplitude``; docs/properties.md derives them).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from .compare import exact_integer_limit, smallest_normal, unit_roundoff
+from .opspec import Reference
+
+U32 = unit_roundoff("float32")
+
+
+LAMBDA = 4.0
+"""The confidence parameter of the probabilistic bounds below. Azuma-Hoeffding: a sum of
+independent mean-zero rounding errors delta_k * s_k with |delta_k| <= u exceeds
+LAMBDA * u * sqrt(sum s_k^2) with probability at most 2 exp(-LAMBDA^2 / 2) = 6.7e-4 per output
+element (the inequality behind Higham & Mary's Theorem 2.4, for the worst distribution of
+errors bounded by u). Round-to-nearest errors have a variance of at most u^2 / 3, so by the
+variance form of the same inequality (Bernstein) the bound sits at 4 sqrt(3) = 6.9 standard
+deviations: about 1e-11 per element. benchmarks/tightness.py measures what honest orders use
+of it (at most a third, over every case it runs)."""
+
+
+SIXTEEN_BIT_CAP_ULPS = 32
+"""A sum computed in a 16-bit type is allowed at most this many of that type's ulps of
+max(|sum|, sqrt(sum t^2)) (the typical size of a sum of random-sign terms): honest 16-bit
+accumulation of 4096 random-sign terms shows about 6 (one standard deviation); without the cap the
+probabilistic bound would accept an all-zero bf16 output at K = 4096."""
+
+
+def _bounded_amplitude(terms: int, acc: str = "float32", scale: float = 1.0) -> int:
+    """Largest integer a with ``terms * a * a * scale`` within the accumulator's exact-integer
+    range (2^24 for float32; the output's own for a kernel that accumulates in 16 bits).
+
+    Then every partial sum of products of integers in [-a, a] is an integer the accumulator holds
+    exactly, whatever the order, and the result is rounded once to the output dtype: the
+    reference rounded once (to nearest even) is the only right answer, bit for bit.
+    """
+    limit = exact_integer_limit(acc)
+    if terms == 0:
+        return 8
+    a = math.isqrt(int(limit / (max(terms, 1) * scale)))
+    return min(a, 8)
+
+
+def _deterministic(n: int, u: float) -> float:
+    """The worst-case relative bound of n chained roundings, (1 + u)^n - 1 (Higham's gamma_n
+    without its n u < 1 restriction): finite for every n, used only as a cap."""
+    return math.expm1(n * math.log1p(u))
+
+
+def _gamma(n: int, u: float = U32) -> float:
+    """Higham & Mary's probabilistic gamma~_n(lambda) = exp(lambda sqrt(n) u + n u^2 / (1 - u)) - 1
+    (N. J. Higham and T. Mary, "A New Approach to Probabilistic Rounding Error Analysis", SIAM J.
+    Sci. Comput. 41(5), 2019, Theorem 2.4: |theta_n| <= gamma~_n(lambda) with probability at
+    least 1 - 2 exp(-lambda^2 (1 - u)^2 / 2); for an inner product of length n, Theorem 3.1, at
+    least 1 - 2 n exp(-lambda^2 (1 - u)^2 / 2)), capped by the deterministic bound. Finite."""
+    probabilistic = math.expm1(LAMBDA * math.sqrt(max(n, 0)) * u + n * u * u / (1 - u))
+    return min(probabilistic, _deterministic(n, u))
+
+
+def _sum_error(total: Any, squares: Any, absolute: Any, n: int, u: float) -> Any:
+    """Allowed error of a sum of n terms (products already rounded or not) in any value-oblivious
+    order and grouping (sequential, blocked, split, pairwise), accumulated with unit roundoff u.
+
+    Every addition rounds its partial sum s: the error is sum(delta_k s_k) + sum(delta_i t_i)
+    over the additions and the products. By Azuma-Hoeffding it is within
+    LAMBDA * u * sqrt(sum s_k^2 + sum t_i^2) except with probability 2 exp(-LAMBDA^2 / 2). The
+    partial sums depend on the order: the drawn terms are exchangeable (independent draws), and
+    for a node summing m of them E[s^2] = m^2 mean^2 + m var (n - m) / (n - 1); a sequential
+    chain (nodes of every size 2..n) has the largest total. Twice that expectation stands for
+    the realized one (a single dominant term at the start of the chain doubles it). Hence
+
+        LAMBDA * u * sqrt(sum t^2 + 2 (c2 mean^2 + c1 var)),
+        c2 = sum_{m=2..n} m^2,  c1 = sum_{m=2..n} m (n - m) / (n - 1),
+
+    capped by the deterministic (1 + u)^n - 1 times sum |t|. It grows like u n for cancelling
+    terms and u n^1.5 |mean| for same-sign ones, as reordering errors really do. In a 16-bit
+    accumulator it is also capped at SIXTEEN_BIT_CAP_ULPS ulps of max(|sum|, sqrt(sum t^2)).
+    """
+    n = max(int(n), 1)
+    with np.errstate(invalid="ignore", over="ignore"):
+        mean = np.asarray(total, dtype=np.float64) / n
+        var = np.maximum(np.asarray(squares, dtype=np.float64) / n - mean * mean, 0.0)
+        c2 = n * (n + 1) * (2 * n + 1) / 6 - 1
+        c1 = n * (n + 1) / 6 - 1 if n > 1 else 0.0
+        spread = squares + 2 * (c2 * mean * mean + c1 * var)
+        probabilistic = LAMBDA * u * np.sqrt(spread)
+        bound = np.minimum(probabilistic, _deterministic(n, u) * absolute)
+        if u > U32:  # a 16-bit accumulator: 2 u is one ulp at the top of a binade
+            typical = np.maximum(np.abs(total), np.sqrt(squares))
+            bound = np.minimum(bound, SIXTEEN_BIT_CAP_ULPS * 2 * u * typical)
+        return bound
+
+
+def _output_rounding(
+    value: np.ndarray,
+    computed_error: np.ndarray,
+    dtype: str,
+    magnitude: Any = None,
+    acc: str = "float32",
+) -> np.ndarray:
+    """The stated bound: ``computed_error`` (the internals, in ``acc``), one final rounding to
+    ``dtype`` (u |value|), and an absolute slack of the smallest normal number (subnormal results
+    may be flushed to zero). A kernel declaring 16-bit internals (``acc`` == the 16-bit output
+    dtype) may also round up to two intermediates in that dtype (a product rounded before a bias is
+    added, an exp stored in bf16): 2 u ``magnitude``, where ``magnitude`` bounds the intermediate
+    (the sum of absolute terms; |value| if None). A float32-accumulating kernel gets no such
+    slack: an intermediate rounded through a narrower type is exactly what the check must catch.
+    """
+    u = unit_roundoff(dtype)
+    magnitude = np.abs(value) if magnitude is None else magnitude
+    narrow = acc == dtype and dtype not in ("float32", "float64")
+    intermediate = 2 * u * magnitude if narrow else 0.0
+    return (1 + u) * computed_error + u * np.abs(value) + intermediate + smallest_normal(dtype)
+
+
+def _product_reference(
+    a: np.ndarray, b: np.ndarray, k: int, dtype: str, acc: str = "float32"
+) -> Reference:
+    """A product of K terms summed in ``acc`` in any value-oblivious order (_sum_error)."""
+    with np.errstate(all="ignore"):
+        value = a @ b
+        magnitude = np.abs(a) @ np.abs(b)
+        squares = (a * a) @ (b * b)
+    error = _sum_error(value, squares, magnitude, k, unit_roundoff(acc))
+    return Reference(value, _output_rounding(value, error, dtype, magnitude, acc), dtype, acc)
+
+
+# Public names of the bound helpers, for users' references (docs/ops.md).
+sum_error = _sum_error
+output_rounding = _output_rounding
+product_reference = _product_reference
+bounded_amplitude = _bounded_amplitude
