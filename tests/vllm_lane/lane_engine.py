@@ -41,7 +41,7 @@ from lane_suite import LANE, REPO, SuiteRun, finding_of, run_suite, suite_file, 
 STRATEGIES = LANE / "engine.toml"
 PROFILE = "vllm_engine_lane"
 SUITE_TIMEOUT_S = 900
-FINDING_KINDS = {"mismatch", "error", "crash", "timeout"}
+FINDING_KINDS = {"mismatch", "error", "crash", "timeout", "promise"}
 CPU_FAILURE = "TypeError: 'function' object is not subscriptable"
 
 BOOT = """

@@ -58,6 +58,11 @@ def explained(finding: dict) -> str | None:
     """Which pinned behaviour a finding is (None: unexplained)."""
     op, kind, prop = finding["op"], finding["kind"], finding["property"]
     message = finding["message"]
+    if kind == "promise":
+        # An op vLLM's switch does not swap, batch-variant with the switch on: vLLM's switch
+        # promises batch-invariant inference, so it is a finding; explained as its mismatch is.
+        reason = explained({**finding, "kind": "mismatch"})
+        return reason and f"promise broken: {reason}"
     if op not in VLLM_KERNEL_OPS:
         return None
     if kind == "error" and prop == "parity":
