@@ -125,11 +125,6 @@ def finding_from_dict(data: dict[str, Any]) -> Finding:
     return Finding(**{k: data[k] for k in _FINDING_FIELDS if k in data})
 
 
-def signature_of(data: dict[str, Any]) -> tuple:
-    """``Finding.signature()`` of a finding's JSON form."""
-    return finding_from_dict(data).signature()
-
-
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 

@@ -63,7 +63,6 @@ FAILED_DIFFERENTLY = (
     "timeout on a loaded machine); the smallest failing case seen, not necessarily minimal"
 )
 STATUS_COMPLETE = "complete"
-STATUS_INTERRUPTED = "interrupted"
 STATUS_INTERNAL = "internal error"
 
 
