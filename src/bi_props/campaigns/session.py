@@ -711,31 +711,10 @@ class Session:
         self.write_report()
         return self.known_status
 
-    def control(
-        self,
-        op: str,
-        prop: str = "batch_invariance",
-        *,
-        examples: int | None = None,
-        stop_at: float | None = None,
-        seed: int | None = None,
-        database=None,
-        shrink: bool = True,
-    ) -> Control:
-        """One turn of a negative control (``controls.run_control``, which says how it works)."""
-        return run_control(
-            self,
-            op,
-            prop,
-            examples=examples,
-            stop_at=stop_at,
-            seed=seed,
-            database=database,
-            shrink=shrink,
-        )
-
-    def _control_entry(self, op: str, prop: str) -> Control:
-        return control_entry(self, op, prop)
+    # One turn of a negative control (controls.run_control says how it works), and the control
+    # of (op, prop), added "not run" on first use: functions of the session, bound as methods.
+    control = run_control
+    _control_entry = control_entry
 
     # -- report --------------------------------------------------------------------------------
 
