@@ -145,27 +145,28 @@ class BiPropsState:
 
     @property
     def known(self):
-        from .model.known import DataFileError, load_known
+        from .model.known import load_known
 
-        path = self.config.getoption("bi_known")
-        if path:
-            self.space  # noqa: B018  (declares the target's EXTRA_OPS: the file may name them)
-        try:
-            return load_known(path) if path else []
-        except DataFileError as exc:
-            raise pytest.UsageError(f"bi_props: bad known-failures file: {exc}") from None
+        return self._data_file("bi_known", load_known, "known-failures")
 
     @property
     def regressions(self):
-        from .model.known import DataFileError, load_regressions
+        from .model.known import load_regressions
 
-        path = self.config.getoption("bi_regressions")
+        return self._data_file("bi_regressions", load_regressions, "regressions")
+
+    def _data_file(self, option: str, load, what: str) -> list:
+        """The entries of the data file named by ``option`` ([] without one); a bad file is a
+        usage error."""
+        from .model.known import DataFileError
+
+        path = self.config.getoption(option)
         if path:
             self.space  # noqa: B018  (declares the target's EXTRA_OPS: the file may name them)
         try:
-            return load_regressions(path) if path else []
+            return load(path) if path else []
         except DataFileError as exc:
-            raise pytest.UsageError(f"bi_props: bad regressions file: {exc}") from None
+            raise pytest.UsageError(f"bi_props: bad {what} file: {exc}") from None
 
 
 def _active_profile(config: pytest.Config) -> str:

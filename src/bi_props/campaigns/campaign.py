@@ -125,9 +125,13 @@ def finding_from_dict(data: dict[str, Any]) -> Finding:
     return Finding(**{k: data[k] for k in _FINDING_FIELDS if k in data})
 
 
-def signature_of(data: dict[str, Any]) -> tuple:
-    """``Finding.signature()`` of a finding's JSON form."""
-    return finding_from_dict(data).signature()
+def done_outcome(ledger: Ledger, new_before: int, reseen_before: int) -> str:
+    """The progress line's end for a cell that is done: what its last turn found."""
+    if len(ledger.new) > new_before:
+        return " -> FINDING"
+    if len(ledger.reseen) > reseen_before:
+        return " -> still failing (known from a previous run)"
+    return " -> retired"
 
 
 def _now() -> str:
@@ -720,15 +724,7 @@ class Campaign:
         run, 130 interrupted)."""
         from hypothesis.database import DirectoryBasedExampleDatabase
 
-        ledger = self.ledger = Ledger(
-            self.out,
-            self.targets,
-            self.space,
-            seed=self.seed,
-            resume=self.resume,
-            budget_s=self.budget_s,
-            log=self.log,
-        )
+        ledger = self.ledger = self._open_ledger()
         database = DirectoryBasedExampleDatabase(str(self.out / DATABASE_DIR))
         states: dict[str, _TargetState] = {}
         for target in self.targets:
@@ -789,6 +785,23 @@ class Campaign:
                     print(f"bi-props: {state.session.target}: {line}", file=self.log)
             ledger.finish()
         summary(ledger, self.log)
+        return self._reports_written(ledger, status)
+
+    def _open_ledger(self, **extra: Any) -> Ledger:
+        """This run's ledger (``extra``: e.g. the Ray driver's ``mode``)."""
+        return Ledger(
+            self.out,
+            self.targets,
+            self.space,
+            seed=self.seed,
+            resume=self.resume,
+            budget_s=self.budget_s,
+            log=self.log,
+            **extra,
+        )
+
+    def _reports_written(self, ledger: Ledger, status: int | None) -> int:
+        """Say where report.json is, render the other reports, and return the exit status."""
         print(f"bi-props: report written to {self.out / REPORT_FILE}", file=self.log)
         if self.write_reports:
             render_reports(self.out, self.log)
@@ -893,12 +906,7 @@ class Campaign:
         new = schedule.done(item, seconds, ran, lines, finished=cell.done)
         outcome = ""
         if cell.done:
-            if len(ledger.new) > new_before:
-                outcome = " -> FINDING"
-            elif len(ledger.reseen) > reseen_before:
-                outcome = " -> still failing (known from a previous run)"
-            else:
-                outcome = " -> retired"
+            outcome = done_outcome(ledger, new_before, reseen_before)
         elif len(ledger.reseen) > reseen_before:
             outcome = " -> still failing (known from a previous run); the cell keeps exploring"
         elif len(ledger.new) > new_before:

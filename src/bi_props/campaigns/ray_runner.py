@@ -36,12 +36,11 @@ from ..model.space import Space
 from .campaign import (
     COVERAGE_FILE,
     DATABASE_DIR,
-    REPORT_FILE,
     Campaign,
     Ledger,
     controls_database,
+    done_outcome,
     finding_from_dict,
-    render_reports,
     turn_seed,
 )
 from .fuzz import SLICE_EXAMPLES, Cell, Interrupted, _on_sigterm, cells_for, run_slice
@@ -396,16 +395,7 @@ class RayCampaign(Campaign):
                 ray.shutdown()
 
     def _run(self, ray) -> int:
-        ledger = self.ledger = Ledger(
-            self.out,
-            self.targets,
-            self.space,
-            seed=self.seed,
-            resume=self.resume,
-            budget_s=self.budget_s,
-            log=self.log,
-            mode="ray",
-        )
+        ledger = self.ledger = self._open_ledger(mode="ray")
         (self.out / DATABASE_DIR).mkdir(parents=True, exist_ok=True)
         data = self._data = {t: _TargetData(cells_for(self.space)) for t in self.targets}
         for target, d in data.items():
@@ -475,10 +465,7 @@ class RayCampaign(Campaign):
             ledger.cells_phase_end(self._examples(data))
             self._close_actors(ray)
             ledger.finish()
-        print(f"bi-props: report written to {self.out / REPORT_FILE}", file=self.log)
-        if self.write_reports:
-            render_reports(self.out, self.log)
-        return status if status is not None else ledger.exit_status()
+        return self._reports_written(ledger, status)
 
     def _close_actors(self, ray) -> None:
         """Close each actor's Session (its workers, its scratch directories), then kill it."""
@@ -668,14 +655,7 @@ class RayCampaign(Campaign):
         cell.done = cell.done or result["done"]
         stats = ledger.cell(shard.target, shard.op, shard.prop, shard.switch)
         ledger.turn_done(stats, result["turn_examples"], result["seconds"], result["done"])
-        outcome = ""
-        if result["done"]:
-            if len(ledger.new) > new_before:
-                outcome = " -> FINDING"
-            elif len(ledger.reseen) > reseen_before:
-                outcome = " -> still failing (known from a previous run)"
-            else:
-                outcome = " -> retired"
+        outcome = done_outcome(ledger, new_before, reseen_before) if result["done"] else ""
         if result["findings"]:
             ledger.write_report()
         ledger.progress(

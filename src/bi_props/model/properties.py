@@ -9,7 +9,6 @@ the reference comparison is bitwise where the catalogue says exactness is sound,
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from . import promise as switches
 from .compare import compare_bits, compare_to_reference, ulp_summary
@@ -301,17 +300,3 @@ def parity(enabled: Observation, disabled: Observation) -> Verdict:
     if sig_a != sig_b:
         return _fail(f"contract parity: enabled returns {sig_a}, disabled returns {sig_b}")
     return PASS
-
-
-def __getattr__(name: str) -> Any:
-    """``JUDGES`` ({property: judge} of the single-observation judges: neither parity's pair nor
-    routing's hello), derived from the registry on each access."""
-    if name == "JUDGES":
-        from .property_spec import PROPERTIES
-
-        return {
-            prop: spec.judge
-            for prop, spec in PROPERTIES.items()
-            if not spec.both_states and not spec.needs_hello
-        }
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
