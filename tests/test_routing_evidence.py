@@ -140,6 +140,60 @@ def test_a_prefixless_module_leaking_into_the_disabled_state_is_caught():
         assert str(PLANTED) in verdict.message
 
 
+def _linear(bias: bool) -> Case:
+    layouts = ("contiguous",) * (3 if bias else 2)
+    return Case("linear", "F.linear", "float32", (3, 5, 4), layouts, "general", 0, {"bias": bias})
+
+
+def _route_linear(runner: Runner, switch: str, bias: bool) -> properties.Verdict:
+    hello = runner.hello(switch)
+    assert hello.status == "ready", hello.message
+    return properties.routing(runner.observe("routing", _linear(bias), switch), hello, "linear")
+
+
+def test_dispatcher_evidence_needs_every_dispatched_path_op(monkeypatch: pytest.MonkeyPatch):
+    """In-process, with the dispatcher's answers faked: enabled, every dispatched aten op on the
+    op's paths must be the module's (one stock one is a False check); non-path ops are ignored;
+    nothing on the path dispatched is no evidence; disabled, the whole path is looked at too."""
+    from bi_props.targets.module import ModuleTarget
+
+    monkeypatch.syspath_prepend(str(PLANTED))
+    target = ModuleTarget("planted_linear_mm_only")
+    target.check()
+    own = {"aten::mm": True, "aten::addmm": False, "aten::matmul": None, "aten::linear": None}
+    monkeypatch.setattr(target, "kernel_is_own", own.get)
+    monkeypatch.setattr(target, "_root", lambda: "/lib")
+    target._active = True
+    assert target.dispatch_trace()
+    assert target.evidence("linear", dispatched=("aten::t", "aten::addmm")) == {
+        "aten::addmm [CPU] is registered from /lib": False
+    }
+    assert target.evidence("linear", dispatched=("aten::t", "aten::mm")) == {
+        "aten::mm [CPU] is registered from /lib": True
+    }
+    assert target.evidence("linear", dispatched=("aten::t",)) == {}
+    target._active = False
+    assert target.evidence("linear", dispatched=("aten::t",)) == {
+        "aten::addmm [CPU] is registered from /lib": False,
+        "aten::mm [CPU] is registered from /lib": True,
+    }
+
+
+@pytest.mark.slow
+def test_routing_is_judged_on_the_aten_ops_this_call_dispatched():
+    """Issue 20 item 4: a module claiming linear that overrides only aten::mm passed routing on
+    aten::mm alone; F.linear with a bias dispatches stock aten::addmm, a routing failure naming
+    it. Without a bias the call reaches the module's aten::mm and passes; disabled, no leak."""
+    with running("planted_linear_mm_only") as runner:
+        verdict = _route_linear(runner, "enabled", bias=True)
+        assert not verdict.ok and verdict.kind == "mismatch", verdict
+        assert "aten::addmm [CPU]" in verdict.message, verdict.message
+        assert "aten::mm [CPU]" not in verdict.message, verdict.message
+        assert _route_linear(runner, "enabled", bias=False).ok
+        assert _route_linear(runner, "disabled", bias=True).ok
+        assert _route_linear(runner, "disabled", bias=False).ok
+
+
 @pytest.mark.campaign
 @pytest.mark.slow
 def test_fuzz_reports_a_routing_failure_for_a_noop_enable(tmp_path: Path):

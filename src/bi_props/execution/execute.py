@@ -8,6 +8,7 @@ property; the matching judge lives in properties.py, and ``property_spec.PROPERT
 from __future__ import annotations
 
 import time
+from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
@@ -28,11 +29,15 @@ def _tensor_bits(t: Any, keep_bits: bool = True) -> TensorBits:
     return TensorBits(dtype, shape, device, array if keep_bits else None)
 
 
-def _invoke(case: Case, args: list[Any], lengths: list[int]) -> tuple[tuple[Any, ...] | None, Call]:
-    """Call the case's entry point; an exception is an observation, not a crash of the worker."""
+def _invoke(
+    case: Case, args: list[Any], lengths: list[int], around: Any = None
+) -> tuple[tuple[Any, ...] | None, Call]:
+    """Call the case's entry point; an exception is an observation, not a crash of the worker.
+    ``around``: a context manager entered around the entry's call alone (a dispatcher trace)."""
     info = OPS[case.op]
     try:
-        result = _as_tuple(info.call(case.entry, args, case, lengths))
+        with around if around is not None else nullcontext():
+            result = _as_tuple(info.call(case.entry, args, case, lengths))
     except Exception as exc:  # the op's own error: part of its contract
         return None, Call(error_type=type(exc).__name__, error_message=str(exc)[:2000])
     return result, Call(outputs=tuple(_tensor_bits(t) for t in result))
@@ -149,25 +154,52 @@ def observe_routing(case: Case, target: Target) -> dict[str, Any]:
     samples = needle(case)
     args = operands(case, samples, target.device)
     events: tuple[str, ...] | None = None
+    trace = _DispatchTrace.make() if target.dispatch_trace() else None
     if target.observe_routing() == "profiler":
         import torch
 
         try:
             with torch.autograd.profiler.profile(use_kineto=False) as prof:
-                _, call = _invoke(case, args, [case.shape[0]])
+                _, call = _invoke(case, args, [case.shape[0]], trace)
             events = tuple(dict.fromkeys(e.name for e in prof.function_events))
         except RuntimeError as exc:  # a profiler that cannot start: routing not observable
-            _, call = _invoke(case, args, [case.shape[0]])
+            _, call = _invoke(case, args, [case.shape[0]], trace)
             call = Call(call.outputs, call.error_type, call.error_message)
             return {
                 "calls": {"op": call},
                 "evidence": {"profiler_error": str(exc), **target.switch_state()},
             }
     else:
-        _, call = _invoke(case, args, [case.shape[0]])
+        _, call = _invoke(case, args, [case.shape[0]], trace)
     call = Call(call.outputs, call.error_type, call.error_message, events)
-    evidence = {"identity": target.evidence(case.op), **target.switch_state()}
+    if trace is None:
+        identity = target.evidence(case.op)
+    else:  # this example's own aten ops, not every aten op of the op's family
+        identity = target.evidence(case.op, dispatched=tuple(dict.fromkeys(trace.names)))
+    evidence = {"identity": identity, **target.switch_state()}
     return {"calls": {"op": call}, "evidence": evidence}
+
+
+class _DispatchTrace:
+    """The aten ops (qualified names with overload: ``aten::addmm``, ``aten::mean.dim``) that one
+    call dispatched, in order, read by a ``TorchDispatchMode`` around the entry's call alone.
+    Only the outermost dispatched ops are seen: the mode is off while each op runs, so what a
+    kernel calls inside itself is not attributed to the entry."""
+
+    @staticmethod
+    def make() -> Any:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        class Trace(TorchDispatchMode):
+            def __init__(self) -> None:
+                super().__init__()
+                self.names: list[str] = []
+
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                self.names.append(str(func.name()))
+                return func(*args, **(kwargs or {}))
+
+        return Trace()
 
 
 def export(prop: str, case: Case, target: Target) -> dict[str, Any]:

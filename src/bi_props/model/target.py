@@ -115,6 +115,12 @@ class Target:
         """How routing is observed: 'profiler' (legacy autograd profiler events) or 'none'."""
         return "profiler"
 
+    def dispatch_trace(self) -> bool:
+        """Whether routing reads the aten ops this example's call dispatched (a dispatcher trace,
+        ``execution.execute.observe_routing``): True passes them to ``evidence(op,
+        dispatched=...)`` as qualified names (``aten::addmm``, ``aten::mean.dim``)."""
+        return False
+
     def repro_setup(self, enabled: bool) -> str:
         """Python lines that put a fresh interpreter (with the switch variable already set) in
         this switch state using only the target's own packages: the head of a reproducer."""

@@ -32,10 +32,13 @@ or left empty.
 Routing needs positive evidence (properties.routing). A module without ``KERNEL_PREFIX`` and
 ``ROUTES`` gives no profiler evidence, so its routing is read from the dispatcher instead
 (``torch._C._dispatch_dump``): for each aten op on a catalogue op's path, is the active kernel for
-the device's dispatch key registered from the module's own directory? Enabled, at least one must
-be (else a routing failure); disabled, none may be (else a switch leak). This works for
-``torch.library`` overrides (the thinking-machines style), not for Python-level swaps; where the
-dispatcher cannot be read, routing is "not observable". The run says so at its start.
+the device's dispatch key registered from the module's own directory? Enabled, every aten op on
+the op's paths that this example's call dispatched (the worker's dispatcher trace) must be (a
+stock one is a routing failure naming it: ``linear`` with only ``aten::mm`` overridden fails when
+a bias sends ``F.linear`` to stock ``aten::addmm``; none on the path dispatched is no evidence);
+disabled, none may be (else a switch leak). This works for ``torch.library`` overrides (the
+thinking-machines style), not for Python-level swaps; where the dispatcher cannot be read,
+routing is "not observable". The run says so at its start.
 """
 
 from __future__ import annotations
@@ -235,10 +238,14 @@ class ModuleTarget(Target):
         path = os.path.realpath(location_path(location))
         return path == root or path.startswith(root + os.sep)
 
-    def evidence(self, op: str) -> dict[str, bool]:
+    def dispatch_trace(self) -> bool:
+        """Prefix-less modules: routing reads the aten ops each example's call dispatched."""
+        return not self._own_events()
+
+    def evidence(self, op: str, dispatched: tuple[str, ...] | None = None) -> dict[str, bool]:
         """The module's own ``evidence(op)`` (identity checks), if it has one, and for
-        prefix-less modules the dispatcher's: per aten op on ``op``'s paths, is its kernel
-        the module's?"""
+        prefix-less modules the dispatcher's: per aten op on ``op``'s paths that this example's
+        call ``dispatched`` (the worker's dispatcher trace), is its kernel the module's?"""
         own = getattr(self._obj, "evidence", None)
         checks: dict[str, bool] = {}
         if callable(own):
@@ -246,25 +253,37 @@ class ModuleTarget(Target):
                 checks = {str(k): bool(v) for k, v in dict(own(op) or {}).items()}
             except Exception as exc:  # a failing check, not a crash of the run
                 checks = {f"{self._spec}.evidence({op!r}) raised {exc!r}": False}
-        return {**checks, **self._dispatcher_evidence(op)}
+        return {**checks, **self._dispatcher_evidence(op, dispatched)}
 
-    def _dispatcher_evidence(self, op: str) -> dict[str, bool]:
-        """Prefix-less modules only: per aten op on ``op``'s paths, is the dispatcher's kernel
-        the module's? Enabled: the ones that are (or, if none, the op's own aten entry as
-        False, which fails routing). Disabled: all of them (any True is a switch leak)."""
+    def _dispatcher_evidence(
+        self, op: str, dispatched: tuple[str, ...] | None = None
+    ) -> dict[str, bool]:
+        """Prefix-less modules only. Enabled: every aten op on ``op``'s paths that the call
+        dispatched (``dispatched``; an overload of a path op counts) must have the module's
+        kernel, so a stock one (``F.linear`` with a bias reaching stock ``aten::addmm`` when only
+        ``aten::mm`` is overridden) is a routing failure naming it; none dispatched is no
+        evidence. Disabled: the dispatched ones and every aten op of the paths; any of the
+        module's is a switch leak. Without a trace (``dispatched`` None) the enabled state falls
+        back to the op's path ops as a whole: those that are the module's, else the first."""
         if self._own_events():
             return {}
         from .dispatcher import PATH_OPS
 
         names = PATH_OPS.get(op, ())
+        if dispatched is not None:
+            bases = {name.split(".")[0] for name in names}
+            on_path = [n for n in dispatched if n in names or n.split(".")[0] in bases]
+            looked = on_path if self._active else [*on_path, *names]
+        else:
+            looked = list(names)
         checks: dict[str, bool] = {}
-        for name in names:
+        for name in dict.fromkeys(looked):
             own = self.kernel_is_own(name)
             if self._unobservable is not None:
                 return {}
             if own is not None:
                 checks[f"{name} [{self._dispatch_key()}] is registered from {self._root()}"] = own
-        if self._active:
+        if self._active and dispatched is None:
             positive = {k: v for k, v in checks.items() if v}
             return positive or dict(list(checks.items())[:1])
         return checks
