@@ -89,8 +89,14 @@ def test_what_holds_and_what_was_found(lane):
     assert failed == recorded, (failed, recorded)
     assert lane.report["switching"]["message"].startswith("not applicable: "), lane.report
     for f in lane.report["findings"]:
+        assert f["reproduced_in_fresh_process"] is True, f
+        if f["kind"] == "promise":
+            # an op vLLM leaves to stock ATen (mm), batch-variant with the switch on: vLLM's
+            # switch promises batch-invariant inference, so that is a finding of its own kind
+            assert f["op"] not in CPU_COVERED and f"not swapped: {f['op']}" in f["message"], f
+            continue
         assert f["op"] in KNOWN and KNOWN[f["op"]] in f["message"], f
-        assert f["kind"] == "error" and f["reproduced_in_fresh_process"] is True, f
+        assert f["kind"] == "error", f
     for op in CPU_COVERED:
         for prop in ("batch_invariance", "determinism"):
             outcome, message = lane.outcomes[f"test_property[{op}-{prop}-enabled]"]
