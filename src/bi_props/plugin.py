@@ -459,6 +459,12 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
                 f"negative control {control.op} {control.property}: variance SEEN with the "
                 f"switch off; smallest case: {control.case}"
             )
+        elif control.applicable is False:
+            tr.line(
+                f"negative control {control.op} {control.property}: NOT APPLICABLE: "
+                f"{control.message}"
+                + (" (--bi-strict-controls fails on this)" if session.strict_controls else "")
+            )
         else:
             tr.line(
                 f"negative control {control.op} {control.property}: BLIND: {control.message}: "

@@ -18,7 +18,8 @@ from hypothesis import strategies as st
 from hypothesis.control import current_build_context
 
 from ..model import property_spec
-from ..model.case import Case
+from ..model.case import Batch, Case, Companion
+from ..model.op_registry import OPS
 from ..runner.controller import DeadlineReached, WorkerFailure
 
 if TYPE_CHECKING:
@@ -39,6 +40,11 @@ class Control:
     # shrink was cut: a later turn continues it), or "done".
     state: str = "done"
     shrink: str = "complete"
+    explicit: int = 0  # the op's explicit control examples tried (counted in ``examples``)
+    # False when the whole quota, explicit examples included, was searched where reduction order
+    # shows and found nothing: the stock kernel is invariant here, evidence not a list; None
+    # while undecided (seen, or searching).
+    applicable: bool | None = None
 
 
 def case_size(case: Case) -> tuple:
@@ -68,6 +74,61 @@ def is_final_replay() -> bool:
         return bool(current_build_context().is_final)
     except Exception:  # outside a Hypothesis test (e.g. a direct call): treat as final
         return True
+
+
+EXPLICIT_SEED = 20261202  # the explicit examples' tensors: fixed, so a reader can replay them
+
+
+def explicit_cases(session: Session, op: str) -> list[Case]:
+    """The op's ``control_examples`` as cases: float32, general values, contiguous operands, the
+    session's first entry point of the op."""
+    spec = OPS[op]
+    entry = session.entries(op)[0] if session.entries(op) else spec.entries[0]
+    out = []
+    for i, example in enumerate(spec.control_examples):
+        seed = EXPLICIT_SEED + 100 * i
+        options = dict(example.options)
+        provisional = Case(op, entry, "float32", tuple(example.shape), (), "general", seed, options)
+        layouts = ("contiguous",) * len(spec.operands(provisional))
+        case = Case(op, entry, "float32", tuple(example.shape), layouts, "general", seed, options)
+        companions = tuple(Companion(seed + 1 + j, r) for j, r in enumerate(example.companions))
+        position = min(example.position, len(companions))
+        out.append(case.with_batch(Batch(position=position, companions=companions)))
+    return out
+
+
+def _try_explicit(session: Session, control: Control, prop: str, judge) -> list[str]:
+    """Run the op's explicit control examples once, before any search; the first that shows
+    variance is the control's case (small by construction: no shrink). Returns worker errors.
+    An error of bi_props itself ends the control as an internal error, as in the search."""
+    errors: list[str] = []
+    for case in explicit_cases(session, control.op):
+        control.explicit += 1
+        control.examples += 1
+        try:
+            verdict = judge(session.runner.observe(prop, case, "disabled"))
+        except DeadlineReached:
+            break
+        except WorkerFailure as exc:
+            errors.append(str(exc).splitlines()[0])
+            continue
+        except Exception as exc:  # an InternalError or a judge's bug: ours, never silent
+            text = internal_message(exc)
+            session.internal(f"negative control {control.op} {prop} [disabled]: {text}")
+            control.state = "done"
+            control.shrink = "not started"
+            control.message = (
+                f"INTERNAL ERROR after {control.examples} example(s): {text.splitlines()[0]}"
+            )
+            break
+        if not verdict.ok:
+            control.variance_seen = True
+            control.case = repr(case)
+            control.message = verdict.message
+            control.shrink = "not needed: an explicit control example of the op (its data)"
+            control.state = "done"
+            break
+    return errors
 
 
 def control_entry(session: Session, op: str, prop: str) -> Control:
@@ -108,10 +169,17 @@ def run_control(
     if control.state == "done":
         return control
     judge = property_spec.get(prop).judge
-    strategy = session.strategy(op, prop)
-    left = session.space.control_examples - control.examples
-    count = 0
     errors: list[str] = []
+    if control.explicit == 0 and control.examples == 0 and OPS[op].control_examples:
+        errors += _try_explicit(session, control, prop, judge)
+        if control.state == "done":
+            session.write_report()
+            return control
+    strategy = session.control_strategy(op, prop)
+    left = session.space.control_examples - control.examples
+    if left <= 0:
+        return _settle(session, control, prop, errors)
+    count = 0
     internal: list[str] = []  # errors of bi_props itself: an internal error of the run
     searched: list[int] = []
     variants: list[tuple[Case, str]] = []  # every variant case seen, in order
@@ -210,9 +278,7 @@ def run_control(
     elif control.variance_seen:  # a shrinking control whose saved case no longer varies
         control.state = "done"
     elif control.examples >= session.space.control_examples:
-        control.state = "done"
-        control.shrink = "not needed"
-        control.message = f"no {prop} violation seen in {control.examples} examples"
+        return _settle(session, control, prop, errors)
     else:
         control.state = "searching"
         control.shrink = "not started"
@@ -220,6 +286,25 @@ def run_control(
             f"no {prop} violation seen yet in {control.examples} of "
             f"{session.space.control_examples} examples"
         )
+    if errors:
+        control.message += f" ({len(errors)} example(s) failed in the worker: {errors[0]})"
+    session.write_report()
+    return control
+
+
+def _settle(session: Session, control: Control, prop: str, errors: list[str]) -> Control:
+    """A control that spent its whole quota without variance: not applicable, by that evidence."""
+    control.state = "done"
+    control.shrink = "not needed"
+    control.applicable = False
+    explicit = (
+        f", {control.explicit} of them the op's explicit examples" if control.explicit else ""
+    )
+    control.message = (
+        f"stock kernel invariant here: control not applicable (no {prop} violation in "
+        f"{control.examples} examples where reduction order can show: every extent >= 2, "
+        f"general or wide values{explicit})"
+    )
     if errors:
         control.message += f" ({len(errors)} example(s) failed in the worker: {errors[0]})"
     session.write_report()

@@ -15,7 +15,7 @@ from typing import Any
 from hypothesis import note
 from hypothesis.control import current_build_context
 
-from ..catalogue.strategies import cases
+from ..catalogue.strategies import cases, control_cases
 from ..integrations import switches
 from ..model import property_spec
 from ..model.case import Case
@@ -224,6 +224,13 @@ class Session:
         key = (op, prop)
         if key not in self._strategies:
             self._strategies[key] = cases(self.space, op, prop, self.entries(op))
+        return self._strategies[key]
+
+    def control_strategy(self, op: str, prop: str):
+        """The case strategy of a negative control of (op, prop): ``control_cases``, built once."""
+        key = (op, prop, "control")
+        if key not in self._strategies:
+            self._strategies[key] = control_cases(self.space, op, prop, self.entries(op))
         return self._strategies[key]
 
     def covered(self, op: str) -> bool:

@@ -19,6 +19,7 @@ from ..model.bounds import (
 from ..model.case import Case
 from ..model.compare import unit_roundoff
 from ..model.opspec import (
+    ControlExample,
     Operand,
     OpSpec,
     Reference,
@@ -220,6 +221,16 @@ def _draw_product(draw: Any, ctx: Any, options: dict[str, Any]) -> Shape:
     return (draw(rows), draw(d), draw(d)), options
 
 
+# The needle alone is M = 1 (a GEMV path in MKL, oneDNN, cuBLAS and most NPU libraries), inside
+# the batch M = 256 (a blocked GEMM): their K orders differ on the common CPU and GPU builds.
+PRODUCT_CONTROL = (1, 256, 16)
+PRODUCT_COMPANIONS = (255,)
+
+
+def _product_controls(**options: Any) -> tuple[ControlExample, ...]:
+    return (ControlExample(PRODUCT_CONTROL, PRODUCT_COMPANIONS, options),)
+
+
 def draw_mm(draw: Any, ctx: Any) -> Shape:
     return _draw_product(draw, ctx, {})
 
@@ -265,6 +276,7 @@ OPS: tuple[OpSpec, ...] = (
         bound=PRODUCT_BOUND,
         draw_shape=draw_mm,
         repro_call=_mm_repro,
+        control_examples=_product_controls(),
         aten_names=("aten::mm",),
     ),
     OpSpec(
@@ -282,6 +294,7 @@ OPS: tuple[OpSpec, ...] = (
         draw_shape=draw_matmul,
         companion_rows=small_companions,
         repro_call=_matmul_repro,
+        control_examples=_product_controls(form="2d"),
         aten_names=("aten::mv", "aten::dot", "aten::matmul"),
     ),
     OpSpec(
@@ -316,6 +329,7 @@ OPS: tuple[OpSpec, ...] = (
         bound=PRODUCT_BOUND + " (K + 1 terms: the bias is one)",
         draw_shape=draw_addmm,
         repro_call=_addmm_repro,
+        control_examples=_product_controls(beta=1, alpha=1, bias="vector"),
         aten_names=("aten::addmm",),
     ),
     OpSpec(
@@ -331,6 +345,7 @@ OPS: tuple[OpSpec, ...] = (
         bound=PRODUCT_BOUND + " (K + 1 terms with a bias)",
         draw_shape=draw_linear,
         repro_call=_fixed_repro("F.linear(*args)"),
+        control_examples=_product_controls(bias=True, form="2d"),
         aten_names=("aten::linear",),
     ),
 )

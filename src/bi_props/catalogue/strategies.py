@@ -9,7 +9,7 @@ of 16 +- 1), where batch-variant kernels switch algorithms.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
@@ -214,12 +214,44 @@ def cases(
     return case
 
 
+ORDER_SENSITIVE = ("general", "wide")
+"""Value classes whose sums depend on their order (``exact`` is order-exact by construction,
+``special`` compares NaN and infinities that hide rounding)."""
+
+
+def control_space(space: Space) -> Space:
+    """The space a negative control searches: only where reduction order can show. Every extent
+    at least 2 (K and N above 1: a one-term sum has no order) and order-sensitive values only;
+    the space's upper limits stay (they bound memory and time on the user's machine)."""
+
+    def lift(extent: Extent) -> Extent:
+        return Extent(max(extent.min, 2), max(extent.max, 2))
+
+    values = tuple(v for v in space.values if v in ORDER_SENSITIVE) or ("general",)
+    return replace(
+        space,
+        values=values,
+        dim=lift(space.dim),
+        op_dim={op: lift(extent) for op, extent in space.op_dim.items()},
+    )
+
+
+def control_cases(
+    space: Space, op: str, prop: str, entries: tuple[str, ...] | None = None
+) -> st.SearchStrategy[Case]:
+    """The cases of a negative control of ``op``: ``cases`` over ``control_space(space)``."""
+    return cases(control_space(space), op, prop, entries)
+
+
 __all__ = [
     "ENGINE_MAX_COMPANIONS",
     "ENGINE_MAX_TOKENS",
+    "ORDER_SENSITIVE",
     "ShapeContext",
     "boundary_values",
     "cases",
+    "control_cases",
+    "control_space",
     "extents",
     "out_dtype",
 ]

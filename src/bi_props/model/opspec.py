@@ -61,6 +61,21 @@ a ``strategies.ShapeContext``."""
 
 
 @dataclass(frozen=True)
+class ControlExample:
+    """A case a negative control tries before its search, like Hypothesis' ``@example``: one
+    known to show stock batch variance on some platform (the needle alone takes another kernel
+    path than inside the batch: M = 1 against M past a tile). Run in float32 with general values
+    and contiguous operands; ``companions`` are the rows of each companion, the needle at
+    ``position``. Stated in the op's data so that a control's first evidence never depends on
+    the luck of a draw."""
+
+    shape: tuple[int, ...]
+    companions: tuple[int, ...]
+    options: dict[str, Any] = field(default_factory=dict)
+    position: int = 0
+
+
+@dataclass(frozen=True)
 class OpSpec:
     """Everything bi_props knows about one op; ``register_op`` adds a user's to ``OPS``.
 
@@ -135,6 +150,8 @@ class OpSpec:
     arithmetic that a batch could reorder (a gather, an argmax over the inputs themselves): such a
     control could never see variance and would only ever be "blind", so the disabled state of
     those properties is neither a control nor a cell (the enabled state is judged as usual)."""
+    control_examples: tuple[ControlExample, ...] = ()
+    """Cases the op's negative controls try first (see ``ControlExample``)."""
     output_rows: Callable[[Case, int], int] | None = None
     """``(case, rows) -> int``: the rows along ``output_batch_axes`` that a sample of ``rows``
     input rows owns in the output (None: ``rows``, one output row per input row). A decode op,

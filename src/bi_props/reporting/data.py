@@ -38,10 +38,40 @@ BLIND_CONTROL = (
 )
 
 
+NOT_APPLICABLE_CONTROL = (
+    "stock kernel invariant here: the control searched its whole quota where reduction order "
+    "shows and saw no variance, so it is not applicable on this platform (not a pass of "
+    "anything; --strict-controls still fails on it)"
+)
+
+
 def blind_controls(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """The negative controls that saw no batch variance (flagged in every report; a failure
-    with ``--strict-controls`` / ``--bi-strict-controls``, recorded as ``strict_controls``)."""
-    return [c for c in report.get("controls") or [] if not c.get("variance_seen")]
+    """The negative controls that saw no batch variance and did not spend their quota (flagged
+    in every report; a failure with ``--strict-controls`` / ``--bi-strict-controls``, recorded
+    as ``strict_controls``). A control that spent it is ``not applicable`` instead."""
+    return [
+        c
+        for c in report.get("controls") or []
+        if not c.get("variance_seen") and c.get("applicable") is not False
+    ]
+
+
+def inapplicable_controls(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The negative controls whose whole quota showed no variance: stock is invariant here."""
+    return [
+        c
+        for c in report.get("controls") or []
+        if not c.get("variance_seen") and c.get("applicable") is False
+    ]
+
+
+def control_seen_cell(control: dict[str, Any]) -> str:
+    """The "variance seen" column of a control, in words."""
+    if control.get("variance_seen"):
+        return "yes"
+    if control.get("applicable") is False:
+        return "not applicable (stock invariant here)"
+    return "NO (blind)"
 
 
 def no_routing_verdict(report: dict[str, Any]) -> bool:

@@ -6,7 +6,15 @@ from __future__ import annotations
 import base64
 from html import escape
 
-from .data import BLIND_CONTROL, ReportData, blind_controls, cell_name, fresh_process, round_counts
+from .data import (
+    BLIND_CONTROL,
+    ReportData,
+    blind_controls,
+    cell_name,
+    control_seen_cell,
+    fresh_process,
+    round_counts,
+)
 from .markdown import first_line
 from .verdict import verdict_line
 
@@ -148,7 +156,7 @@ def render(data: ReportData, plots: bool = True) -> str:
                     c.get("target", r.get("target")),
                     c.get("op"),
                     c.get("property"),
-                    "yes" if c.get("variance_seen") else "NO (blind)",
+                    control_seen_cell(c),
                     c.get("case") or "",
                     first_line(c.get("message")),
                 ]

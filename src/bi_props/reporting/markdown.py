@@ -7,6 +7,7 @@ from .data import (
     ReportData,
     blind_controls,
     cell_name,
+    control_seen_cell,
     fresh_process,
     no_routing_verdict,
     round_counts,
@@ -147,7 +148,7 @@ def render(data: ReportData) -> str:
             out.append(
                 f"| {_cell(c.get('target', r.get('target')))} | {_cell(c.get('op'))} | "
                 f"{_cell(c.get('property'))} | {_cell(c.get('state', 'done'))} | "
-                f"{'yes' if c.get('variance_seen') else '**NO (blind)**'} | "
+                f"{_seen(c)} | "
                 f"`{_cell(what)}` | {_cell(c.get('shrink', 'complete'))} |"
             )
         out.append("")
@@ -233,3 +234,8 @@ def render(data: ReportData) -> str:
             out.append(f"\n{len(rows) - MAX_COVERAGE_ROWS} more rows in report.html.")
         out.append("")
     return "\n".join(out) + "\n"
+
+
+def _seen(control: dict) -> str:
+    text = control_seen_cell(control)
+    return f"**{text}**" if text.startswith("NO") else text

@@ -4,7 +4,13 @@ run, unobservable routing, blind controls and unclaimed ops are counted in it.""
 
 from __future__ import annotations
 
-from .data import ReportData, blind_controls, cell_name, no_routing_verdict
+from .data import (
+    ReportData,
+    blind_controls,
+    cell_name,
+    inapplicable_controls,
+    no_routing_verdict,
+)
 
 MAX_NAMED = 3
 
@@ -38,6 +44,11 @@ def verdict_line(data: ReportData) -> str:
     blind = blind_controls(r)
     if blind:
         unjudged.append(f"{len(blind)} negative control(s) blind (saw no batch variance)")
+    inapplicable = inapplicable_controls(r)
+    if inapplicable:
+        unjudged.append(
+            f"{len(inapplicable)} negative control(s) not applicable (stock invariant here)"
+        )
     line = degenerate_line(r)
     if line:
         unjudged.append(line)

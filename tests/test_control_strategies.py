@@ -1,0 +1,99 @@
+"""Controls that see (issue 20 #2): a control searches only where reduction order can show,
+tries its op's explicit examples first, and says "not applicable" only on the evidence of its
+whole quota; a control cut short stays "blind"."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bi_props.campaigns.session import Session
+from bi_props.catalogue.strategies import control_cases, control_space
+from bi_props.model.op_registry import OPS
+from bi_props.model.properties import Verdict
+from bi_props.model.space import Extent, parse
+from bi_props.reporting.data import blind_controls, control_seen_cell, inapplicable_controls
+
+
+def _space(**runner):
+    return parse({"ops": {"include": ["mm", "sum"]}, "runner": runner}, "test", "test")
+
+
+def test_the_control_space_keeps_only_order_sensitive_values_and_extents_of_two_or_more():
+    space = control_space(_space())
+    assert set(space.values) == {"general", "wide"}
+    assert space.dim.min >= 2
+    assert control_space(parse({"shapes": {"dim": {"min": 0, "max": 1}}}, "t", "t")).dim == Extent(
+        2, 2
+    )
+
+
+@settings(max_examples=150, deadline=None, database=None)
+@given(data=st.data())
+def test_a_control_never_draws_a_case_that_cannot_show_reduction_order(data):
+    """On the parent commit 35% of mm control draws were ``exact`` and others had K <= 1 or
+    N = 0: half of the control's budget could never see variance."""
+    case = data.draw(control_cases(_space(), "mm", "batch_invariance"))
+    assert case.values in ("general", "wide"), case
+    _m, k, n = case.shape
+    assert k >= 2 and n >= 2, case
+    assert case.batch is not None and case.batch.companions
+
+
+def _session(verdicts: list[Verdict], **runner) -> tuple[Session, list]:
+    session = Session("cpu", _space(**runner))
+    seen: list = []
+
+    def observe(prop, case, switch):
+        seen.append(case)
+        return verdicts[min(len(seen), len(verdicts)) - 1]
+
+    session.runner.observe = observe
+    return session, seen
+
+
+def _judged_by(monkeypatch, ok: bool):
+    from dataclasses import replace
+
+    from bi_props.model import property_spec
+
+    spec = property_spec.get("batch_invariance")
+    monkeypatch.setattr(
+        property_spec, "get", lambda name: replace(spec, judge=lambda observation: Verdict(ok))
+    )
+
+
+def test_the_ops_explicit_example_is_tried_first_and_needs_no_shrink(monkeypatch):
+    _judged_by(monkeypatch, False)
+    session, seen = _session([Verdict(False, "varies")])
+    control = session.control("mm", "batch_invariance", seed=1)
+    assert control.variance_seen and control.explicit == 1 and control.examples == 1, control
+    assert control.shrink.startswith("not needed: an explicit control example"), control
+    (case,) = seen
+    example = OPS["mm"].control_examples[0]
+    assert case.shape == example.shape and case.values == "general" and case.dtype == "float32"
+    assert [c.rows for c in case.batch.companions] == list(example.companions)
+
+
+def test_a_control_that_spent_its_quota_is_not_applicable_not_blind(monkeypatch):
+    _judged_by(monkeypatch, True)
+    session, seen = _session([Verdict(True)], control_examples=12)
+    control = session.control("sum", "batch_invariance", seed=1)
+    assert control.state == "done" and control.applicable is False, control
+    assert control.examples == 12 == len(seen), (control, len(seen))
+    assert control.message.startswith("stock kernel invariant here: control not applicable")
+    report = {"controls": [vars(control)]}
+    assert blind_controls(report) == [] and inapplicable_controls(report) == [vars(control)]
+    assert control_seen_cell(vars(control)) == "not applicable (stock invariant here)"
+
+
+def test_a_control_cut_short_is_blind_and_says_how_far_it_got(monkeypatch):
+    _judged_by(monkeypatch, True)
+    session, _ = _session([Verdict(True)], control_examples=40)
+    control = session.control("sum", "batch_invariance", examples=5, seed=1)
+    assert control.state == "searching" and control.applicable is None, control
+    assert "of 40 examples" in control.message
+    report = {"controls": [vars(control)]}
+    assert blind_controls(report) == [vars(control)] and control_seen_cell(vars(control)) == (
+        "NO (blind)"
+    )
