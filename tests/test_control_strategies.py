@@ -97,3 +97,20 @@ def test_a_control_cut_short_is_blind_and_says_how_far_it_got(monkeypatch):
     assert blind_controls(report) == [vars(control)] and control_seen_cell(vars(control)) == (
         "NO (blind)"
     )
+
+
+def test_a_quota_of_degenerate_examples_is_blind_not_evidence_of_invariance(monkeypatch):
+    """Every example compared nothing (or both calls raised the same error): that is no
+    evidence that stock is invariant, so the control stays blind."""
+    from dataclasses import replace
+
+    from bi_props.model import property_spec
+
+    spec = property_spec.get("batch_invariance")
+    empty = Verdict(True, compared=0, degenerate="zero elements")
+    monkeypatch.setattr(property_spec, "get", lambda name: replace(spec, judge=lambda o: empty))
+    session, _ = _session([empty], control_examples=6)
+    control = session.control("sum", "batch_invariance", seed=1)
+    assert control.state == "done" and control.applicable is None and control.judged == 0
+    assert "blind, not evidence" in control.message, control
+    assert blind_controls({"controls": [vars(control)]}) == [vars(control)]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from hypothesis import HealthCheck, Phase, given, settings
@@ -41,6 +41,7 @@ class Control:
     state: str = "done"
     shrink: str = "complete"
     explicit: int = 0  # the op's explicit control examples tried (counted in ``examples``)
+    judged: int = 0  # examples that compared something and saw no variance: the evidence
     # False when the whole quota, explicit examples included, was searched where reduction order
     # shows and found nothing: the stock kernel is invariant here, evidence not a list; None
     # while undecided (seen, or searching).
@@ -83,14 +84,13 @@ def explicit_cases(session: Session, op: str) -> list[Case]:
     """The op's ``control_examples`` as cases: float32, general values, contiguous operands, the
     session's first entry point of the op."""
     spec = OPS[op]
-    entry = session.entries(op)[0] if session.entries(op) else spec.entries[0]
+    entry = (session.entries(op) or spec.entries)[0]
     out = []
     for i, example in enumerate(spec.control_examples):
         seed = EXPLICIT_SEED + 100 * i
-        options = dict(example.options)
-        provisional = Case(op, entry, "float32", tuple(example.shape), (), "general", seed, options)
-        layouts = ("contiguous",) * len(spec.operands(provisional))
-        case = Case(op, entry, "float32", tuple(example.shape), layouts, "general", seed, options)
+        case = Case(op, entry, "float32", tuple(example.shape), (), "general", seed)
+        case = replace(case, options=dict(example.options))
+        case = replace(case, layouts=("contiguous",) * len(spec.operands(case)))
         companions = tuple(Companion(seed + 1 + j, r) for j, r in enumerate(example.companions))
         position = min(example.position, len(companions))
         out.append(case.with_batch(Batch(position=position, companions=companions)))
@@ -128,6 +128,7 @@ def _try_explicit(session: Session, control: Control, prop: str, judge) -> list[
             control.shrink = "not needed: an explicit control example of the op (its data)"
             control.state = "done"
             break
+        control.judged += not verdict.degenerate
     return errors
 
 
@@ -229,6 +230,7 @@ def run_control(
                     stop_at = time.monotonic()
             variants.append((case, verdict.message))
             raise _Variant()
+        control.judged += not verdict.degenerate
 
     key = f"bi_props:control:{session.target}:{op}:{prop}".encode()
     search.hypothesis.inner_test._hypothesis_internal_add_digest = key
@@ -293,17 +295,27 @@ def run_control(
 
 
 def _settle(session: Session, control: Control, prop: str, errors: list[str]) -> Control:
-    """A control that spent its whole quota without variance: not applicable, by that evidence."""
+    """A control that spent its whole quota without variance: not applicable, by that evidence;
+    blind when no example compared anything (all degenerate or failed in the worker)."""
     control.state = "done"
     control.shrink = "not needed"
+    if not control.judged:
+        control.message = (
+            f"no {prop} example of {control.examples} compared anything (each degenerate or "
+            "failed in the worker): blind, not evidence that stock is invariant"
+        )
+        if errors:
+            control.message += f" ({len(errors)} failed in the worker: {errors[0]})"
+        session.write_report()
+        return control
     control.applicable = False
     explicit = (
         f", {control.explicit} of them the op's explicit examples" if control.explicit else ""
     )
     control.message = (
         f"stock kernel invariant here: control not applicable (no {prop} violation in "
-        f"{control.examples} examples where reduction order can show: every extent >= 2, "
-        f"general or wide values{explicit})"
+        f"{control.judged} judged of {control.examples} examples where reduction order can "
+        f"show: every extent >= 2, general or wide values{explicit})"
     )
     if errors:
         control.message += f" ({len(errors)} example(s) failed in the worker: {errors[0]})"
