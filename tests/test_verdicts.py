@@ -476,3 +476,58 @@ def test_the_failure_class_is_the_exception_whatever_the_propertys_words() -> No
     assert failure_class(other_op) != classes.pop()
     mismatch = Failure("mm", "reference", "enabled", case, "mismatch", "bits differ", None)
     assert failure_class(mismatch) is None  # a mismatch is each property's own evidence
+
+
+def test_several_distinct_failures_with_a_recorded_class_end_the_slice_cleanly() -> None:
+    """The vLLM lane's rotary_embedding (2026-12-02 CI): Hypothesis reported two distinct
+    failures of one slice as an exception group, one of them the slice's own SameFailure signal
+    (a failure of a class recorded a moment before, on the final replay), and the group escaped
+    run_slice and ended the campaign. Here the same crash is raised from two places (two origins
+    to Hypothesis, one failure class to bi_props) next to a mismatch: every failure is a finding,
+    none is lost, and nothing escapes."""
+
+    def crash_here() -> None:
+        raise WorkerCrash("the worker died (SIGSEGV)")
+
+    def crash_there() -> None:
+        raise WorkerCrash("the worker died (SIGSEGV)")
+
+    def three_bugs(case: Case, fresh: bool) -> Verdict:
+        m, k, _ = case.shape
+        if m >= 40:
+            (crash_here if m % 2 else crash_there)()
+        if k >= 30:
+            return Verdict(False, "bits differ", "mismatch")
+        return Verdict(True)
+
+    session = session_judged_by(three_bugs)
+    grouped = 0
+    for seed in range(8):
+        session.findings.clear()
+        cell = Cell("mm", "reference", "enabled")
+        run_slice(session, cell, 200, None, seed=seed)  # never raises
+        assert not session.internal_errors, session.internal_errors
+        kinds = {f.kind for f in session.findings}
+        assert kinds <= {"crash", "mismatch"}, kinds
+        grouped += kinds == {"crash", "mismatch"}
+    assert grouped, "no seed met the crash and the mismatch in one slice: the test shows nothing"
+
+
+def test_the_deciding_exception_of_a_group_puts_interrupts_first_then_failures() -> None:
+    from bi_props.campaigns.fuzz import (
+        BaseExceptionGroup,
+        BudgetSpent,
+        ExceptionGroup,
+        Interrupted,
+        SameFailure,
+        _deciding,
+    )
+
+    failure = ValueError("a finding")
+    same = SameFailure()
+    assert isinstance(_deciding(BaseExceptionGroup("g", [same, Interrupted()])), Interrupted)
+    assert isinstance(_deciding(BaseExceptionGroup("g", [same, BudgetSpent()])), BudgetSpent)
+    failures = ExceptionGroup("h", [failure])  # kept whole: it may be Hypothesis' FlakyFailure
+    mixed = _deciding(BaseExceptionGroup("g", [same, BaseExceptionGroup("i", [failures, same])]))
+    assert isinstance(mixed, ExceptionGroup) and mixed.exceptions == (failures,)
+    assert _deciding(BaseExceptionGroup("g", [same, SameFailure()])) is same

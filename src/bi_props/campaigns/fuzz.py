@@ -12,6 +12,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, replace
 
+try:
+    from builtins import BaseExceptionGroup, ExceptionGroup
+except ImportError:  # Python 3.10: the backport Hypothesis itself depends on
+    from exceptiongroup import BaseExceptionGroup, ExceptionGroup
+
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis import strategies as st
@@ -116,6 +121,7 @@ def run_slice(
     smallest: dict[tuple, Failure] = {}  # failure signature -> smallest failing case seen
     settled: dict[tuple, bool] = {}  # failure signature -> settled when first seen this slice
     replayed: set[tuple] = set()  # signatures that failed again on the final replay (recorded)
+    deferred: set[tuple] = set()  # signatures ended as SameFailure (recorded as their class)
     started = time.monotonic()
     # The first turn of a cell replays the example database (past failures first; they fail and
     # are recorded as still failing). Later turns skip settled signatures instead of stopping at
@@ -169,6 +175,7 @@ def run_slice(
                 if kept is None or case_size(failure.case) < case_size(kept.case):
                     smallest[signature] = failure
                 if not settled[signature] and same_failure(failure) is not None:
+                    deferred.add(signature)
                     raise SameFailure() from None  # its class was shrunk and confirmed once
             raise
 
@@ -186,7 +193,12 @@ def run_slice(
         )
     session.skip_settled = not first_turn
     try:
-        slice_test()
+        try:
+            slice_test()
+        except BaseExceptionGroup as group:  # several distinct failures, maybe with a signal
+            if isinstance(group, Exception):  # failures only (or Flaky): the general path
+                raise
+            raise _deciding(group) from None
     except TurnOver:
         pass
     except SameFailure:  # recorded at once (finalize refers to the first of its class)
@@ -214,6 +226,10 @@ def run_slice(
     except Exception as exc:  # findings (PropertyFailed, WorkerFailure, several), or Flaky
         flaky = _hypothesis_flaky(exc)
         for signature, failure in smallest.items():
+            if signature in deferred:  # one of several failures: recorded as its class
+                if not session.recorded(failure):
+                    session.finalize(failure)
+                continue
             if signature in replayed:
                 continue
             if flaky and session.passed_again(failure):  # the very case passed when rerun
@@ -235,6 +251,36 @@ def run_slice(
         if first_failure:
             cell.shrink_s += time.monotonic() - first_failure[0]
     return count
+
+
+def _members(group: BaseExceptionGroup) -> list[BaseException]:
+    """The members of a (possibly nested) exception group, a group of failures only (an
+    ExceptionGroup, Hypothesis' FlakyFailure among them) kept whole."""
+    leaves: list[BaseException] = []
+    for member in group.exceptions:
+        nested = isinstance(member, BaseExceptionGroup) and not isinstance(member, Exception)
+        leaves.extend(_members(member) if nested else [member])
+    return leaves
+
+
+def _deciding(group: BaseExceptionGroup) -> BaseException:
+    """The one exception that decides how a slice ends when Hypothesis reports several distinct
+    failures at once (an exception group), since the slice's own signals (KeyboardInterrupt
+    subclasses) may be among them: a real interrupt first (SIGTERM, Ctrl-C), then the end of the
+    budget, then the real failures (an ExceptionGroup of them: each is a finding), and only when
+    nothing else failed, SameFailure. Without this, a slice with one failure of a recorded class
+    and one new failure ended the whole campaign with an uncaught exception group."""
+    members = _members(group)
+    signals = (BudgetSpent, SameFailure, TurnOver)
+    interrupts = [m for m in members if isinstance(m, (Interrupted, KeyboardInterrupt))]
+    failures = [m for m in members if isinstance(m, Exception)]
+    ranked = (
+        [m for m in interrupts if not isinstance(m, signals)]
+        + [m for m in members if isinstance(m, BudgetSpent)]
+        + ([ExceptionGroup(str(group), failures)] if failures else [])
+        + [m for m in members if isinstance(m, (SameFailure, TurnOver))]
+    )
+    return ranked[0] if ranked else group
 
 
 def _hypothesis_flaky(exc: BaseException) -> bool:
