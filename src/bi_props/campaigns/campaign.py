@@ -495,6 +495,9 @@ class Ledger:
                     e for r in reports.values() for e in r.get("internal_errors", [])
                 ],
                 "degenerate": _merge_degenerate(reports),
+                "batch_reach": [  # this run's sessions (a resumed run starts its count anew)
+                    {**b, "target": t} for t, r in reports.items() for b in r.get("batch_reach", [])
+                ],
                 "profile": self.space.profile,
                 "strategies": self.space.source,
                 "examples": previous_examples + this_run,

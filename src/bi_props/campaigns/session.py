@@ -18,6 +18,7 @@ from hypothesis.control import current_build_context
 from ..catalogue.strategies import cases, control_cases
 from ..integrations import switches
 from ..model import property_spec
+from ..model.batch_reach import BatchReach
 from ..model.case import Case
 from ..model.known import KnownFailure
 from ..model.observation import Hello
@@ -165,6 +166,8 @@ class Session:
     switch_provider: str = field(default_factory=switches.selected)
     _strategies: dict = field(default_factory=dict, repr=False)
     examples_log: list[dict] = field(default_factory=list, repr=False)
+    # (op, property, switch) -> how far its batches reached (batch-wide quantities, thresholds)
+    batch_reach: dict[tuple, BatchReach] = field(default_factory=dict, repr=False)
     last_failure: Failure | None = field(default=None, repr=False)
     status: str = STATUS_RUNNING  # report.json's "status"; close() turns "running" to "complete"
     strict_controls: bool = False  # a control that saw no variance is a failure (reports say so)
@@ -467,6 +470,11 @@ class Session:
                 **(extras or {}),
             }
         )
+        if case.batch is not None:
+            key = (op, prop, switch)
+            if key not in self.batch_reach:
+                self.batch_reach[key] = BatchReach(self.space.switch_points)
+            self.batch_reach[key].add(case)
         if len(self.examples_log) >= 500:
             self.flush_examples()
 
@@ -777,6 +785,10 @@ class Session:
             "strict_controls": self.strict_controls,
             "internal_errors": list(self.internal_errors),
             "degenerate": self.degenerate_summary(),
+            "batch_reach": [
+                {"op": op, "property": prop, "switch": switch, **reach.to_json()}
+                for (op, prop, switch), reach in self.batch_reach.items()
+            ],
             "cross_process_checks": self.cross_process_checks,
             "switching": self.switching or {"ok": None, "message": "not judged yet"},
         }

@@ -167,10 +167,47 @@ def _companions(rows: st.SearchStrategy[int], max_companions: int) -> st.SearchS
     )
 
 
-def _batch(draw: st.DrawFn, space: Space, op: OpSpec, prop: str = "batch_invariance") -> Batch:
+@lru_cache(maxsize=1024)
+def _many_companions(rows: st.SearchStrategy[int], count: int, most_rows: int):
+    """Exactly ``count`` companions of at most ``most_rows`` rows each (the token cap)."""
+    capped = rows.map(lambda r: min(r, most_rows))
+    return st.lists(st.builds(Companion, seed=SEEDS, rows=capped), min_size=count, max_size=count)
+
+
+def _aim_total(
+    draw: st.DrawFn, companions: list[Companion], needle_rows: int, space: Space
+) -> list[Companion]:
+    """Half of the time, land the batch's total rows on a switch point (or one off it): the
+    last companion takes the rows that make up the difference, when that stays within the rows
+    the op's own strategy drew (so within its extent). Random totals cross 256 often enough,
+    but a kernel that changes exactly at a tile edge needs the edge itself."""
+    if not draw(st.booleans()):  # shrinks to no aim
+        return companions
+    others = needle_rows + sum(c.rows for c in companions[:-1])
+    drawn = [c.rows for c in companions]
+    reachable = [t for t in space.switch_points if min(drawn) <= t - others <= max(drawn)]
+    if not reachable:
+        return companions
+    total = draw(choice(tuple(reachable))) + draw(choice((0, -1, 1)))
+    rows = total - others
+    if not min(drawn) <= rows <= max(drawn):
+        return companions
+    return [*companions[:-1], replace(companions[-1], rows=rows)]
+
+
+def _batch(
+    draw: st.DrawFn,
+    space: Space,
+    op: OpSpec,
+    prop: str = "batch_invariance",
+    needle_rows: int = 1,
+) -> Batch:
     """Companions of the needle: the spec's ``companion_rows(ctx)`` (default: the space's
     companion rows, tile-edge biased), at most ``max_companions`` (the space's, capped by the
-    spec's)."""
+    spec's). A sequence op (``OpSpec.sequences``) holds, half of the time, many sequences: their
+    number aimed at the space's switch points up to ``max_sequences``, each short enough that
+    all companions stay within ``max_batch_tokens``. The total rows are aimed at a switch point
+    half of the time (``_aim_total``)."""
     if op.companion_rows is not None:
         rows = op.companion_rows(shape_context(space, op, prop))
     else:
@@ -178,7 +215,13 @@ def _batch(draw: st.DrawFn, space: Space, op: OpSpec, prop: str = "batch_invaria
     most = space.max_companions
     if op.max_companions is not None:
         most = min(most, op.max_companions)
-    companions = draw(_companions(rows, most))
+    if op.sequences and space.max_sequences - 1 > most and draw(st.booleans()):
+        marks = tuple(t - 1 for t in space.switch_points if t > 1)  # sequences -> companions
+        count = draw(extents(Extent(most + 1, space.max_sequences - 1), marks))
+        companions = draw(_many_companions(rows, count, max(1, space.max_batch_tokens // count)))
+    else:
+        companions = draw(_companions(rows, most))
+    companions = _aim_total(draw, companions, needle_rows, space)
     position = draw(integers(0, len(companions)))
     return Batch(position=position, companions=tuple(companions))
 
@@ -209,7 +252,7 @@ def cases(
         # No integer range keeps every partial result exact here: fall back, deterministically.
         case = Case(op, entry, dtype, shape, layouts, "general", seed, options)
     if spec.batched:
-        batch = _batch(draw, space, info, prop)
+        batch = _batch(draw, space, info, prop, int(shape[0]) if shape else 0)
         case = case.with_batch(batch)
     return case
 

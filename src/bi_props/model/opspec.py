@@ -103,7 +103,8 @@ class OpSpec:
       ``bi_props.catalogue``). Required to explore the op;
     - ``companion_rows(ctx) -> strategy``: rows of each companion sample of a batch (default: the
       space's ``companion_rows``, tile-edge biased); ``max_companions``: a cap on their number
-      below the space's;
+      below the space's; ``sequences``: each sample is a sequence of its own (attention, paged
+      decode), so a batch may also hold many short ones (the space's ``max_sequences``);
     - ``repro_call(case) -> (definitions, expression)``: source text computing the op from
       ``args`` and ``lengths`` in a standalone reproducer (``torch`` and ``F`` are imported);
       None: no reproducer script, the finding says to re-run the case with bi_props;
@@ -142,6 +143,10 @@ class OpSpec:
     draw_shape: ShapeFn | None = None
     companion_rows: Callable[[Any], Any] | None = None
     max_companions: int | None = None
+    sequences: bool = False
+    """Whether each sample is a sequence of its own, the kernel seeing their count (varlen or
+    paged attention: split-KV heuristics on batch x heads, a sampler's co-resident sequences):
+    then half the batches hold many short companions, up to the space's ``max_sequences``."""
     repro_call: Callable[[Case], tuple[str, str]] | None = None
     aten_names: tuple[str, ...] = ()
     negative_control: bool = True

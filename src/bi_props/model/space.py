@@ -48,6 +48,12 @@ def _unknown_ops_hint(target: Any = None) -> str:
     return f" (EXTRA_OPS not read from target module {'; '.join(problems)})" if problems else ""
 
 
+THRESHOLDS = (1, 2, 10, 16, 17, 32, 33, 64, 65, 128, 129, 255, 256, 257, 1024, 2048)
+"""Batch sizes where reported kernels switch (FlashAttention-3's 10 query tokens, vLLM's rms_norm
+test at 255 vs 300 rows, tile edges and their neighbours): the batch strategy aims the number of
+sequences at them, and the report counts how often each was crossed."""
+
+
 class SpaceError(ValueError):
     """A search-space file that cannot be used; the message says file, key and fix."""
 
@@ -90,12 +96,22 @@ class Space:
     boundaries: tuple[int, ...] = (16, 32, 64, 128, 256)
     max_companions: int = 7
     companion_rows: Extent = Extent(1, 600)
+    # Sequence ops (attention, paged decode): a batch may hold up to this many sequences, many
+    # of them short, within ``max_batch_tokens`` companion tokens (the cost of one example).
+    max_sequences: int = 64
+    max_batch_tokens: int = 4096
+    thresholds: tuple[int, ...] = THRESHOLDS
     attention_length: Extent = Extent(1, 48)
     head_dims: tuple[int, ...] = (8, 16, 32, 64)
     op_dim: dict[str, Extent] = field(default_factory=dict)
 
     def dim_for(self, op: str) -> Extent:
         return self.op_dim.get(op, self.dim)
+
+    @property
+    def switch_points(self) -> tuple[int, ...]:
+        """The named thresholds and the space's own tile boundaries, sorted."""
+        return tuple(sorted(set(self.thresholds) | set(self.boundaries)))
 
 
 _SECTIONS: dict[str, dict[str, str]] = {
@@ -119,7 +135,13 @@ _SECTIONS: dict[str, dict[str, str]] = {
     "layouts": {"choices": "list[str]"},
     "values": {"choices": "list[str]"},
     "shapes": {"rows": "extent", "dim": "extent", "boundaries": "list[int]"},
-    "batch": {"max_companions": "int", "companion_rows": "extent"},
+    "batch": {
+        "max_companions": "int",
+        "companion_rows": "extent",
+        "max_sequences": "int",
+        "max_batch_tokens": "int",
+        "thresholds": "list[int]",
+    },
     "attention": {"length": "extent", "head_dims": "list[int]"},
 }
 
@@ -137,6 +159,8 @@ RANGES: dict[str, tuple[float, float, bool, str]] = {
     "runner.control_examples": (1, 10**9, True, "examples per negative control"),
     "runner.control_share": (0, 1, True, "a share of --budget"),
     "batch.max_companions": (1, 10**6, True, "companions in a batch"),
+    "batch.max_sequences": (1, 10**6, True, "sequences in a batch of a sequence op"),
+    "batch.max_batch_tokens": (1, 10**9, True, "companion tokens of a many-sequence batch"),
     "runner.cross_process_every": (0, 10**6, True, "determinism examples per cross-process one"),
 }
 
@@ -250,6 +274,8 @@ def parse(data: dict[str, Any], source: str, profile: str) -> Space:
         ("shapes", "dim"): "dim",
         ("batch", "max_companions"): "max_companions",
         ("batch", "companion_rows"): "companion_rows",
+        ("batch", "max_sequences"): "max_sequences",
+        ("batch", "max_batch_tokens"): "max_batch_tokens",
         ("attention", "length"): "attention_length",
     }
     for key, name in simple.items():
@@ -280,14 +306,15 @@ def parse(data: dict[str, Any], source: str, profile: str) -> Space:
             space[name] = _choices(
                 source, f"{section}.choices", fields[section, "choices"], allowed
             )
-    if ("shapes", "boundaries") in fields:
-        if any(b < 1 for b in fields["shapes", "boundaries"]):
-            raise _fail(
-                source,
-                "shapes.boundaries",
-                f"got {fields['shapes', 'boundaries']!r}; allowed: extents >= 1",
-            )
-        space["boundaries"] = tuple(fields["shapes", "boundaries"])
+    for section, key, name, what in (
+        ("shapes", "boundaries", "boundaries", "extents"),
+        ("batch", "thresholds", "thresholds", "batch sizes"),
+    ):
+        if (section, key) in fields:
+            sizes = fields[section, key]
+            if any(v < 1 for v in sizes):
+                raise _fail(source, f"{section}.{key}", f"got {sizes!r}; allowed: {what} >= 1")
+            space[name] = tuple(sizes) if key == "boundaries" else tuple(sorted(set(sizes)))
     if ("attention", "head_dims") in fields:
         dims = fields["attention", "head_dims"]
         if not dims or any(d < 1 for d in dims):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..model.batch_reach import merge_reach
 from .data import (
     BLIND_CONTROL,
     ReportData,
@@ -210,6 +211,8 @@ def render(data: ReportData) -> str:
         )
     out.append("")
 
+    out.extend(_batch_reach(r))
+
     out.append(f"## Coverage ({data.lines} examples recorded in examples.jsonl)\n")
     rows = sorted(data.coverage.values(), key=lambda row: -row.total)
     if not rows:
@@ -234,6 +237,40 @@ def render(data: ReportData) -> str:
             out.append(f"\n{len(rows) - MAX_COVERAGE_ROWS} more rows in report.html.")
         out.append("")
     return "\n".join(out) + "\n"
+
+
+def _crossed(counts: dict) -> str:
+    shown = [f"{t}: {n}" for t, n in counts.items() if n]
+    return ", ".join(shown) if shown else "none"
+
+
+def _batch_reach(r: dict) -> list[str]:
+    """Per batched cell: the largest batch-wide quantities its batches reached, and how often
+    each named threshold lay between the needle alone and its batch (a kernel switching there
+    could show). A threshold never crossed is one the cell says nothing about."""
+    entries = merge_reach(
+        [{"target": r.get("target"), **e} for e in r.get("batch_reach", []) or []]
+    )
+    if not entries:
+        return []
+    out = [
+        "## Batches reached (this run)\n",
+        "Largest batch-wide quantities per batched cell, and per named threshold how many "
+        "examples crossed it (the needle alone below it, its batch at or above it).\n",
+        "| target | cell | examples | largest total rows / sequences / longest "
+        "| total rows crossed | sequences crossed | longest crossed |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for e in entries:
+        largest = e["largest"]
+        out.append(
+            f"| {_cell(e['target'])} | {_cell(cell_name(e['op'], e['property'], e['switch']))} "
+            f"| {e['examples']} | {largest['total_rows']} / {largest['sequences']} / "
+            f"{largest['longest']} | {_crossed(e['crossed']['total_rows'])} | "
+            f"{_crossed(e['crossed']['sequences'])} | {_crossed(e['crossed']['longest'])} |"
+        )
+    out.append("")
+    return out
 
 
 def _seen(control: dict) -> str:
