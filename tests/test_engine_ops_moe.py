@@ -378,3 +378,15 @@ def test_the_op_is_defined_by_one_spec() -> None:
     ).stdout.splitlines()
     assert len(found) == 1 and found[0].startswith("src/bi_props/catalogue/inference.py:"), found
     assert OP in BUILTIN_OPS
+
+
+def test_the_bound_holds_where_wide_values_underflow() -> None:
+    """The campaign lane's finding (2026-12-03): on wide values a float32 weight exp(d) / s and
+    the first GEMM's products underflow (the kernel's -0.0 against the float64 reference's
+    -4.3e-34 after w2 scaled the loss up). The bound carries the accumulator's smallest normal
+    per operation; the kernel and the stock composite are within it."""
+    case = Case(OP, OPS[OP].entries[0], "float32", (4, 29, 1, 3, 2), ("contiguous",) * 4,
+                "wide", 200, {"renormalize": True})  # fmt: skip
+    args = _args(case)
+    assert _mismatch(case, args, _kernel(args, case)) is None
+    assert _mismatch(case, args, _stock(args, case)) is None

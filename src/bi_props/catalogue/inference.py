@@ -17,7 +17,7 @@ from ..model.bounds import (
     _sum_error,
 )
 from ..model.case import Case
-from ..model.compare import unit_roundoff
+from ..model.compare import smallest_normal, unit_roundoff
 from ..model.opspec import (
     Operand,
     OpSpec,
@@ -223,8 +223,9 @@ FUSED_MOE_BOUND = (
     " act within the"
     " sum-of-terms bound over I + min(|w2| e_act, LAMBDA sqrt(w2^2 e_act^2)) (+ u_acc |y|); the"
     " weighted sum within sum_j"
-    " (e_p |y| + p e_y) + the sum-of-terms bound over k; plus one rounding to the output dtype and"
-    " the smallest normal"
+    " (e_p |y| + p e_y) + the sum-of-terms bound over k; underflow: the accumulator's smallest"
+    " normal per operation (2H in h, 3 in act, 2I in y, 2 in each weight, 2k in the sum),"
+    " propagated like the roundings; plus one rounding to the output dtype and the smallest normal"
 )
 
 
@@ -277,15 +278,20 @@ def _fused_moe_weights(
 
 
 def _fused_moe_expert(
-    x: np.ndarray, w1: np.ndarray, w2: np.ndarray, u: float
+    x: np.ndarray, w1: np.ndarray, w2: np.ndarray, u: float, tiny: float
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(y, error of y) of one expert for the rows x (n, H): y = w2 silu_and_mul(w1 x)."""
+    """(y, error of y) of one expert for the rows x (n, H): y = w2 silu_and_mul(w1 x).
+
+    ``tiny`` (the accumulator's smallest normal) is the absolute error of one operation whose
+    result underflows (flushed to zero, or subnormal): with wide values the first GEMM's products
+    and the gate's product can underflow, and w2 then scales that loss up (CI found it: a kernel's
+    -0.0 against 4e-34 after w2), so each operation adds ``tiny`` and it is propagated."""
     inter = w2.shape[-1]
     hidden = x.shape[-1]
     with np.errstate(all="ignore"):
         h = x @ w1.T
         h_error = _sum_error(h, (x * x) @ (w1 * w1).T, np.abs(x) @ np.abs(w1).T, hidden, u)
-        h_error = h_error + u * np.abs(h)
+        h_error = h_error + u * np.abs(h) + 2 * hidden * tiny
         g, v = h[:, :inter], h[:, inter:]
         eg, ev = h_error[:, :inter], h_error[:, inter:]
         sigmoid = 1.0 / (1.0 + np.exp(-g))
@@ -295,7 +301,7 @@ def _fused_moe_expert(
         # exp(-g)'s relative error (u (|g| + c) in float32 kernels) reaches silu(g) scaled by
         # exp(-g) / (1 + exp(-g)) = 1 - sigmoid(g): nothing where g >> 0 (silu(g) = g)
         own = u * ((1.0 - sigmoid) * np.abs(g) + 7) * np.abs(act)
-        act_error = slope * np.abs(v) * eg + np.abs(silu) * ev + own
+        act_error = slope * np.abs(v) * eg + np.abs(silu) * ev + own + 3 * tiny
         # where exp(-g) overflows float32 (g < -88.72) a float32 kernel's silu is a signed zero
         act_error = np.where(g - eg < -88.72, act_error + np.abs(act), act_error)
         y = act @ w2.T
@@ -305,7 +311,7 @@ def _fused_moe_expert(
         # capped by the worst case |w2| e_act
         worst = act_error @ np.abs(w2).T
         likely = LAMBDA * np.sqrt((act_error * act_error) @ (w2 * w2).T)
-        y_error = y_error + np.minimum(worst, likely) + u * np.abs(y)
+        y_error = y_error + np.minimum(worst, likely) + u * np.abs(y) + 2 * inter * tiny
     return y, y_error
 
 
@@ -325,16 +331,17 @@ def _fused_moe_reference(
     worst case (FUSED_MOE_BOUND)."""
     hidden, w1, w2, gating = x
     topk, renormalize = case.shape[4], bool(case.opt("renormalize", True))
-    u, dtype = unit_roundoff(acc), case.dtype
+    u, dtype, tiny = unit_roundoff(acc), case.dtype, smallest_normal(acc)
     tokens, size = hidden.shape
     ids = _fused_moe_selection(gating, topk)
     p, p_error = _fused_moe_weights(gating, ids, renormalize, u)
+    p_error = p_error + 2 * tiny  # exp(d) and the division underflow where a weight is tiny
     y = np.zeros((tokens, topk, size))
     y_error = np.zeros((tokens, topk, size))
     for expert in np.unique(ids):
         token, slot = np.nonzero(ids == expert)
         y[token, slot], y_error[token, slot] = _fused_moe_expert(
-            hidden[token], w1[expert], w2[expert], u
+            hidden[token], w1[expert], w2[expert], u, tiny
         )
     with np.errstate(all="ignore"):
         terms = p[..., None] * y
@@ -342,6 +349,7 @@ def _fused_moe_reference(
         magnitude = np.sum(np.abs(terms), axis=1)
         propagated = np.sum(p_error[..., None] * np.abs(y) + p[..., None] * y_error, axis=1)
         error = propagated + _sum_error(value, np.sum(terms * terms, axis=1), magnitude, topk, u)
+        error = error + 2 * topk * tiny
     bound = _output_rounding(value, error, dtype, magnitude, acc)
     return (Reference(value, bound, dtype, acc),)
 
