@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, find, settings
 
 from bi_props.catalogue.strategies import cases
-from bi_props.model.batch_reach import BatchReach, batch_quantities, merge_reach, never_crossed
+from bi_props.model.batch_reach import BatchReach, batch_quantities, merge_reach
 from bi_props.model.case import Batch, Case, Companion
 from bi_props.model.space import THRESHOLDS, SpaceError, load_profile, parse
 from bi_props.reporting.markdown import _batch_reach
@@ -50,7 +50,6 @@ def test_a_threshold_is_crossed_only_between_the_needle_and_its_batch() -> None:
     # 2 lies below the needle's own 3 rows: crossed by no example, whatever the batch
     assert data["crossed"]["total_rows"] == {"2": 0, "4": 2, "256": 1, "300": 0}
     assert data["crossed"]["sequences"] == {"2": 2, "4": 0, "256": 0, "300": 0}
-    assert never_crossed(data, "total_rows") == [2, 300]
 
 
 def test_shards_of_one_cell_merge() -> None:

@@ -69,13 +69,6 @@ class BatchReach:
         }
 
 
-def never_crossed(reach: dict[str, Any], quantity: str) -> list[int]:
-    """The named thresholds of ``quantity`` that no example of a cell crossed (report.json's
-    ``batch_reach`` entry): the switch points this cell says nothing about."""
-    crossed = (reach.get("crossed") or {}).get(quantity) or {}
-    return [int(t) for t, n in crossed.items() if not n]
-
-
 def merge_reach(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """report.json's ``batch_reach`` entries of one cell together (a Ray run has one per shard):
     examples and crossings summed, the largest of each quantity kept; first-seen order."""
