@@ -281,7 +281,8 @@ def test_fresh_runs_in_a_new_process_and_leaves_the_long_lived_worker(
 
     lines = probe_lines(probe_file)
     enables = [line["pid"] for line in lines if line["event"] == "enable"]
-    assert len(enables) == 2  # the fork server's, then the fresh interpreter's
+    # the fork server's, then the fresh interpreter's (then, maybe already, the spare's)
+    assert len(enables) in (2, 3)
     fresh = enables[1]
     assert fresh not in (long_lived, enables[0])
     assert [line["pid"] for line in lines if line["event"] == "mm"] == [fresh]
@@ -289,6 +290,18 @@ def test_fresh_runs_in_a_new_process_and_leaves_the_long_lived_worker(
     assert probe_runner.starts == 1  # fresh workers are not the runner's long-lived ones
     assert probe_runner._workers["enabled"].alive()
     assert probe_runner.hello("enabled").pid == long_lived
+
+    # The next confirmation finds a spare interpreter, spawned after the first one's run: new,
+    # loaded in the background, and it ran nothing before this case.
+    (spare,) = probe_runner._spares["enabled"]
+    assert spare.alive() and probe_runner.spares_used == 0
+    again = probe_runner.fresh("reference", mm_case(m=3), "enabled")
+    assert properties.reference(again).ok and probe_runner.spares_used == 1
+    lines = probe_lines(probe_file)
+    mm_pids = [line["pid"] for line in lines if line["event"] == "mm"]
+    assert mm_pids[0] == fresh and mm_pids[1] == spare.process.pid
+    assert spare.process.pid not in (long_lived, fresh)
+    assert not pid_alive(spare.process.pid)
 
 
 def test_fresh_reports_a_crash_of_the_new_process():

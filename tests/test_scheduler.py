@@ -245,3 +245,50 @@ def test_a_control_whose_first_turn_paid_a_warm_up_gets_its_next_turn() -> None:
         schedule.done(item, spent, 10)
         now += spent
     assert turns.get("c0", 0) >= 2, turns
+
+
+def test_a_shrink_leaves_room_for_the_first_turns_still_due() -> None:
+    # A failure found early would shrink to the budget's end and starve every later cell of its
+    # only turn (the vLLM lane's engine-ops campaign, 2026-12-03: fused_moe's shrinks took 43 s,
+    # each disabled-state reference cell's 10-23 s, and paged_decode_attention's last cells never
+    # ran). A shrink gets an equal share of what is left after a reserve per cell due.
+    schedule = Scheduler(300.0)
+    _cells(schedule, 4, 4)
+    cells = schedule.cells()
+    reserve = 2.0 * 0.5 * 8  # no turn seen yet: 0.5 s per cell due, twice
+    assert schedule.shrink_end(0.0) == pytest.approx((300.0 - reserve) / 9)
+    for item in cells[:3]:  # three first turns of 1 s each, one of them with 9 s of shrinking
+        schedule.done(item, 1.0, 10)
+    schedule.done(cells[3], 10.0, 10, shrink_s=9.0)
+    assert schedule.first_turn_estimate() == pytest.approx(1.0)
+    running = cells[4]  # the cell whose turn shrinks is not in its own reserve
+    assert schedule.shrink_end(20.0, running) == pytest.approx(20.0 + (280.0 - 2.0 * 3) / 4)
+    for item in cells[4:]:
+        schedule.done(item, 1.0, 10)
+    assert schedule.shrink_end(30.0) == 300.0  # every cell had its turn: shrink to the end
+    late = Scheduler(10.0)
+    _cells(late, 40, 0)
+    assert late.shrink_end(2.0) == pytest.approx(2.0 + 0.5)  # never shorter than a later turn
+    assert late.shrink_end(9.8) == 10.0  # nor past the budget
+
+
+def test_every_cell_runs_though_each_first_turn_finds_a_failure_that_shrinks_long() -> None:
+    # A fake clock: every cell's first turn fails and would shrink for 60 s, unless cut at
+    # shrink_end; 40 cells in 120 s all get their turn.
+    schedule = Scheduler(120.0)
+    _cells(schedule, 20, 20)
+    now = 0.0
+    while (picked := schedule.next(now)) is not None:
+        item, limit = picked
+        if item.turns == 0:
+            shrink = min(60.0, max(schedule.shrink_end(now + 0.1, item) - now - 0.1, 0.0))
+            schedule.done(item, 0.1 + shrink, 10, finished=True, shrink_s=shrink)
+            now += 0.1 + shrink
+        else:
+            schedule.done(item, limit, 10)
+            now += limit
+        if now >= 120.0:
+            break
+    assert all(c.turns == 1 for c in schedule.cells()), [
+        c.key for c in schedule.cells() if not c.turns
+    ]

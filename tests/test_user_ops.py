@@ -274,7 +274,8 @@ def test_fuzz_finds_and_shrinks_the_planted_bug_in_a_user_op(campaigns) -> None:
     rows = case.shape[0] + sum(c.rows for c in case.batch.companions)
     assert rows > 16, finding["case"]  # the planted condition: more than THRESHOLD rows
     complete = finding["shrink"] == "complete"
-    assert complete or finding["shrink"].startswith("stopped at the end of the budget")
+    # (or, while cells have not had their first turn, where it leaves them time: scheduler.py)
+    assert complete or finding["shrink"].startswith("stopped "), finding["shrink"]
     if complete:  # shrunk to just past the threshold, the smallest h and one companion
         assert rows == 17 and case.shape[1] <= 1 and len(case.batch.companions) == 1, case
     assert finding.get("reproducer"), finding  # a standalone script for the upstream issue

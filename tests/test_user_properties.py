@@ -283,7 +283,8 @@ def test_fuzz_finds_and_shrinks_a_user_property_violation(campaigns) -> None:
     case = parse_case(finding["case"])
     assert case.layouts == ("strided",) and case.batch is None, case  # the planted condition
     complete = finding["shrink"] == "complete"
-    assert complete or finding["shrink"].startswith("stopped at the end of the budget")
+    # (or, while cells have not had their first turn, where it leaves them time: scheduler.py)
+    assert complete or finding["shrink"].startswith("stopped "), finding["shrink"]
     if complete:  # a row or two of h = 1 or 2
         assert case.shape[0] * case.shape[1] <= 4, case
     # Only the new property sees it: the bug is batch-invariant and within the reference bound.

@@ -423,6 +423,7 @@ class Ledger:
                     "seconds": round(seconds, 4),
                     "examples_per_s": round(examples / seconds, 2) if seconds > 0 else None,
                     "limit_s": None if limit_s is None else round(limit_s, 3),
+                    "shrink_s": round(shrink_s, 3),
                 }
             )
 
@@ -895,9 +896,12 @@ class Campaign:
         new_before = len(ledger.new)
         shrink_before = cell.shrink_s
         started = time.monotonic()
-        ran = run_slice(
-            state.session, cell, SLICE_EXAMPLES, database, seed, deadline, turn_end=turn_end
-        )
+        start = ledger.started_monotonic
+        stop_at = min(deadline, start + schedule.shrink_end(started - start, item))
+        why = "at the end of the budget"
+        if stop_at < deadline:
+            why = "to leave time for the first turns of the cells not yet run"
+        ran = run_slice(state.session, cell, SLICE_EXAMPLES, database, seed, stop_at, turn_end, why)
         seconds = time.monotonic() - started
         lines = list(state.session.examples_log)
         state.session.flush_examples()  # each turn's coverage on disk (a kill loses little)
@@ -906,7 +910,7 @@ class Campaign:
         ledger.turn_done(stats, ran, seconds, cell.done)
         shrink_s = cell.shrink_s - shrink_before
         ledger.turn("cell", target, cell.name, ran, seconds, shrink_s, turn_end - started)
-        new = schedule.done(item, seconds, ran, lines, finished=cell.done)
+        new = schedule.done(item, seconds, ran, lines, finished=cell.done, shrink_s=shrink_s)
         outcome = ""
         if cell.done:
             outcome = done_outcome(ledger, new_before, reseen_before)

@@ -96,6 +96,7 @@ def run_slice(
     seed: int | None,
     stop_at: float | None = None,
     turn_end: float | None = None,
+    stop_why: str = "at the end of the budget",
 ) -> int:
     """Run up to ``examples`` examples of one cell; return how many ran. Every failure becomes a
     finding: recorded by the session on Hypothesis' final replay; a failure that did not happen
@@ -110,6 +111,7 @@ def run_slice(
     failing replay, and a hang the whole example timeout: without the bound, one hang could eat a
     campaign's budget many times over. SIGTERM or Ctrl-C during a shrink likewise records the
     smallest case seen (unconfirmed: there may be no time for a fresh process) and re-raises.
+    ``stop_why`` says in each such finding why its shrink stopped at ``stop_at``.
 
     ``turn_end`` (``time.monotonic()``) is the turn's time limit: with no failure pending, an
     example that would start after it ends the slice (the first example always runs). An example
@@ -168,6 +170,8 @@ def run_slice(
             failure = session.last_failure
             if failure is not None:
                 signature = failure.signature()
+                if signature not in settled and not is_settled(signature):
+                    _prewarm(session, cell.switch, len(smallest) + 1)
                 settled.setdefault(signature, is_settled(signature))
                 if is_final_replay():
                     replayed.add(signature)
@@ -211,7 +215,7 @@ def run_slice(
         for failure in smallest.values():
             session.finalize(
                 failure,
-                shrink=f"stopped at the end of the budget after {spent:.0f} s of this cell: "
+                shrink=f"stopped {stop_why} after {spent:.0f} s of this cell: "
                 "the smallest failing case seen, not necessarily minimal",
             )
         cell.done = not all(settled.values())
@@ -251,6 +255,17 @@ def run_slice(
         if first_failure:
             cell.shrink_s += time.monotonic() - first_failure[0]
     return count
+
+
+def _prewarm(session, switch: str, count: int) -> None:
+    """A failure seen for the first time will be confirmed in a fresh process after its shrink:
+    start that interpreter now (``count`` per switch state, one per failure of the slice), so
+    its import overlaps the shrink (a vLLM import is most of a 13 s confirmation on 2 cores)."""
+    prewarm = getattr(getattr(session, "runner", None), "prewarm", None)
+    if prewarm is None:
+        return
+    for state in ("disabled", "enabled") if switch == "both" else (switch,):
+        prewarm(state, count)
 
 
 def _members(group: BaseExceptionGroup) -> list[BaseException]:

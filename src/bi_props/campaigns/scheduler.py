@@ -39,6 +39,16 @@ turn's time limit. Its policy, in order:
    lines record one) larger than any it saw before (growing toward the bound). The next turn
    goes to the live cell with the least ``seconds / w``: time is shared in proportion to the
    weights, so a cell still finding new behaviour gets more turns, and none starves.
+4. **A shrink leaves room for the first turns still due.** A failure is shrunk inside the turn
+   that found it, and a shrink can take minutes (a fused MoE on 2 cores). ``shrink_end`` is when
+   a shrink that starts now must stop while cells have not had their first turn: the time left,
+   less a reserve of ``FIRST_TURN_MARGIN`` x the mean first turn so far (shrinks excluded) per
+   cell due, split equally between this shrink and the cells due (each may find a failure and
+   shrink it too), so early failures cannot starve a later cell of its only turn; it is never
+   shorter than a later turn's limit (``TURN_FRACTION`` of the budget, within 0.5-10 s), so a
+   short campaign over many cells still shrinks. A shrink cut there is recorded with the
+   smallest failing case seen, and says why; once every cell has had a turn, a shrink may run to
+   the budget's end.
 """
 
 from __future__ import annotations
@@ -55,6 +65,7 @@ ENABLED_WEIGHT = 2.0
 CLAIMED_WEIGHT = 16.0
 NOVELTY_DECAY = 0.5
 NOVELTY_CAP = 8.0
+FIRST_TURN_MARGIN = 2.0  # a shrink's reserve per first turn still due, in mean first turns
 
 
 @dataclass
@@ -75,6 +86,7 @@ class Item:
     claimed: bool = True  # the target claims the op (its own kernel): where its bugs can be
     searching: bool = True  # a control that has seen no variance yet (the campaign updates it)
     group: Any = None  # the target: first turns alternate between targets of equal priority
+    first_turn_s: float | None = None  # the first turn's seconds, its shrink excluded
 
     @property
     def enabled_state(self) -> bool:
@@ -187,6 +199,23 @@ class Scheduler:
         )
         return cell, min(self._turn_s(), left)
 
+    def shrink_end(self, now: float, item: Item | None = None) -> float:
+        """When a shrink that starts ``now`` (in ``item``'s turn) must stop, in seconds since the
+        start: the budget's end less a reserve for the first turns still due (the policy's 4)."""
+        due = [c for c in self.cells() if c is not item and not c.done and c.turns == 0]
+        if not due:
+            return self.budget_s
+        reserve = FIRST_TURN_MARGIN * self.first_turn_estimate() * len(due)
+        # an equal share with each cell due (each may find a failure and shrink it too)
+        share = (self.budget_s - now - reserve) / (len(due) + 1)
+        return min(self.budget_s, now + max(share, self._turn_s()))
+
+    def first_turn_estimate(self) -> float:
+        """The mean first turn of the cells so far, their shrinks excluded (``MIN_TURN_S`` x 10
+        before any): what a cell still due will likely take."""
+        seen = [c.first_turn_s for c in self.cells() if c.first_turn_s is not None]
+        return sum(seen) / len(seen) if seen else MIN_TURN_S * 10
+
     def _turn_s(self) -> float:
         return min(MAX_TURN_S, max(MIN_TURN_S * 10, TURN_FRACTION * self.budget_s))
 
@@ -197,8 +226,12 @@ class Scheduler:
         examples: int,
         lines: list[dict[str, Any]] | None = None,
         finished: bool = False,
+        shrink_s: float = 0.0,
     ) -> float:
-        """Record a turn; return the new behaviour it produced (see the module's policy)."""
+        """Record a turn (``shrink_s`` of its seconds spent shrinking); return the new behaviour
+        it produced (see the module's policy)."""
+        if item.turns == 0:
+            item.first_turn_s = max(seconds - shrink_s, 0.0)
         item.turns += 1
         item.seconds += seconds
         item.examples += examples

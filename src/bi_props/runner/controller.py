@@ -402,6 +402,12 @@ class Runner:
         self._zygotes: dict[str, Worker] = {}  # spawned, loaded, not yet serving
         self._workers: dict[str, _Channel] = {}  # serving
         self._hellos: dict[str, Hello] = {}
+        # A brand-new interpreter per switch state, importing the target in the background once a
+        # fresh-process confirmation was asked for: the next one then finds it loaded (it has run
+        # nothing, so it is as fresh as one spawned on demand). ``spare_fresh=False``: none.
+        self._spares: dict[str, list[Worker]] = {}
+        self.spare_fresh = True
+        self.spares_used = 0  # fresh-process confirmations that found their interpreter loaded
         self.starts = 0  # interpreters spawned (target imports)
         self.forks = 0  # serving children forked
         self.examples = 0
@@ -520,12 +526,21 @@ class Runner:
 
     def fresh(self, prop: str, case: Case, switch: str, *, patience: float = 1.0) -> Observation:
         """Run one case in a brand-new interpreter (then close it): does it reproduce in
-        isolation? Always spawned, never forked: nothing is shared with the long-lived ones.
+        isolation? Always spawned, never forked: nothing is shared with the long-lived ones. The
+        interpreter is the spare spawned after the previous confirmation when there is one.
         ``patience`` scales the example timeout (``CONFIRM_PATIENCE`` for a finding that is not
         a hang); the campaign's end still bounds it."""
-        worker = Worker(self.target, switch, self.start_timeout_s, self.extra_env)
+        spares = self._spares.get(switch) or []
+        worker = spares.pop(0) if spares else None
+        if worker is None or not worker.alive():
+            if worker is not None:
+                worker.kill()
+            worker = Worker(self.target, switch, self.start_timeout_s, self.extra_env)
+            worker.spawn()
+        else:
+            self.spares_used += 1
         try:
-            hello = worker.start()
+            hello = worker.wait_hello()
             if hello.status != "ready":
                 raise WorkerStartFailure(
                     f"target {self.target!r} is {hello.status}: {hello.message}"
@@ -543,8 +558,26 @@ class Runner:
                 raise
         finally:
             worker.close()
+            self.prewarm(switch)  # spawned after this one's run: it never competed with it
+
+    def prewarm(self, switch: str, count: int = 1) -> None:
+        """Have ``count`` spare fresh interpreters of ``switch`` loading (``fresh`` takes them):
+        asked for when a failure is first seen, so that its confirmation after the shrink finds
+        its interpreter loaded."""
+        if not self.spare_fresh:
+            return
+        spares = self._spares.setdefault(switch, [])
+        spares[:] = [w for w in spares if w.alive()]
+        while len(spares) < count:
+            spare = Worker(self.target, switch, self.start_timeout_s, self.extra_env)
+            spare.spawn()
+            spares.append(spare)
 
     def close(self) -> None:
+        for spares in self._spares.values():
+            for spare in spares:
+                spare.kill()
+        self._spares.clear()
         for worker in self._workers.values():
             worker.close()
         self._workers.clear()
