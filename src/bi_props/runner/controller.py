@@ -567,7 +567,9 @@ class Runner:
         if not self.spare_fresh:
             return
         spares = self._spares.setdefault(switch, [])
-        spares[:] = [w for w in spares if w.alive()]
+        for ended in [w for w in spares if not w.alive()]:
+            ended.kill()  # reaped, its log removed
+            spares.remove(ended)
         while len(spares) < count:
             spare = Worker(self.target, switch, self.start_timeout_s, self.extra_env)
             spare.spawn()
