@@ -179,6 +179,84 @@ def test_dispatcher_evidence_needs_every_dispatched_path_op(monkeypatch: pytest.
     }
 
 
+SAFE_SOFTMAX_DUMP = """name: aten::_safe_softmax
+schema: aten::_safe_softmax(Tensor self, int dim, ScalarType? dtype=None) -> Tensor
+Meta: registered at /torch/_meta_registrations.py:54 :: (Tensor _0, int _1) -> Tensor _0
+CompositeExplicitAutograd[alias]: registered at /aten/RegisterCompositeExplicitAutograd_0.cpp:22573 :: (Tensor _0) -> Tensor _0 [ boxed unboxed ]
+"""  # noqa: E501
+
+
+def test_the_active_kernel_falls_back_to_the_explicit_composite():
+    """A stock op with no CPU kernel of its own (aten::_safe_softmax, on sdpa's math path) still
+    runs a stock kernel: the explicit composite one. It was read as "no kernel", so never
+    checked; an implicit composite or a missing op still has none."""
+    from bi_props.targets.dispatcher import parse_active_kernel, parse_dispatch_kernel
+
+    assert parse_dispatch_kernel(SAFE_SOFTMAX_DUMP, "CPU") is None
+    assert parse_active_kernel(SAFE_SOFTMAX_DUMP, "CPU") == (
+        "CompositeExplicitAutograd",
+        "/aten/RegisterCompositeExplicitAutograd_0.cpp:22573",
+    )
+    assert parse_active_kernel("", "CPU") is None
+    own_cpu = (
+        SAFE_SOFTMAX_DUMP + "CPU: registered at /lib/kernels.py:7 :: (Tensor _0) -> Tensor _0\n"
+    )
+    assert parse_active_kernel(own_cpu, "CPU") == ("CPU", "/lib/kernels.py:7")
+
+
+def test_a_stock_explicit_composite_counts_as_not_the_modules(monkeypatch: pytest.MonkeyPatch):
+    """With the real dispatcher: aten::_safe_softmax's kernel is stock (False), not unknown."""
+    from bi_props.targets.module import ModuleTarget
+
+    monkeypatch.syspath_prepend(str(PLANTED))
+    target = ModuleTarget("planted_linear_mm_only")
+    target.check()
+    assert target.kernel_is_own("aten::_safe_softmax") is False
+    assert target.kernel_is_own("aten::no_such_op") is None
+
+
+def test_order_sensitive_ops_off_the_path_need_the_modules_kernel(
+    monkeypatch: pytest.MonkeyPatch,
+):
+    """Issue 20 item 4: evidence came only from the aten ops listed for the op's family, so a
+    module claiming rms_norm whose call reached a stock reduction off that list (aten::sum), or
+    one claiming attention whose sdpa call ran stock _safe_softmax or the fused CPU flash kernel,
+    passed on its one overridden op. Every order-sensitive op the call dispatched is checked;
+    elementwise ones (pow, rsqrt, mul) and order-insensitive reductions (amax) are not."""
+    from bi_props.targets.dispatcher import is_order_sensitive
+    from bi_props.targets.module import ModuleTarget
+
+    assert is_order_sensitive("aten::sum.dim_IntList") and not is_order_sensitive("aten::amax")
+    monkeypatch.syspath_prepend(str(PLANTED))
+    target = ModuleTarget("planted_linear_mm_only")
+    target.check()
+    own = {"aten::mean.dim": True, "aten::sum.dim_IntList": False, "aten::bmm": True}
+    own |= {
+        "aten::_safe_softmax": False,
+        "aten::_scaled_dot_product_flash_attention_for_cpu": False,
+    }
+    monkeypatch.setattr(target, "kernel_is_own", own.get)
+    monkeypatch.setattr(target, "_root", lambda: "/lib")
+    target._active = True
+    rms = ("aten::pow.Tensor_Scalar", "aten::mean.dim", "aten::rsqrt", "aten::mul.Tensor")
+    assert target.evidence("rms_norm", dispatched=rms) == {
+        "aten::mean.dim [CPU] is registered from /lib": True
+    }
+    reduced = ("aten::pow.Tensor_Scalar", "aten::sum.dim_IntList", "aten::amax", "aten::rsqrt")
+    assert target.evidence("rms_norm", dispatched=reduced) == {
+        "aten::sum.dim_IntList [CPU] is registered from /lib": False
+    }
+    math_path = ("aten::bmm", "aten::_safe_softmax", "aten::bmm")
+    assert target.evidence("attention", dispatched=math_path) == {
+        "aten::bmm [CPU] is registered from /lib": True,
+        "aten::_safe_softmax [CPU] is registered from /lib": False,
+    }
+    fused = ("aten::_scaled_dot_product_flash_attention_for_cpu",)
+    assert target.evidence("attention", dispatched=fused) == {
+        "aten::_scaled_dot_product_flash_attention_for_cpu [CPU] is registered from /lib": False
+    }
+
+
 @pytest.mark.slow
 def test_routing_is_judged_on_the_aten_ops_this_call_dispatched():
     """Issue 20 item 4: a module claiming linear that overrides only aten::mm passed routing on

@@ -22,13 +22,44 @@ PATH_OPS: dict[str, tuple[str, ...]] = {
     "mean": ("aten::mean.dim", "aten::mean"),
     "softmax": ("aten::_softmax", "aten::softmax.int"),
     "log_softmax": ("aten::_log_softmax", "aten::log_softmax.int"),
-    "rms_norm": ("aten::rms_norm", "aten::mean.dim"),
-    "add_rms_norm": ("aten::rms_norm", "aten::mean.dim"),
-    "attention": ("aten::_softmax", "aten::bmm", "aten::matmul"),
+    "rms_norm": ("aten::rms_norm", "aten::mean.dim", "aten::_fused_rms_norm"),
+    "add_rms_norm": ("aten::rms_norm", "aten::mean.dim", "aten::_fused_rms_norm"),
+    # F.scaled_dot_product_attention picks a fused kernel (CPU: the flash one for 4-d inputs) or
+    # the math path (bmm, _safe_softmax): each is the call's own aten op, none is "the" softmax.
+    "attention": (
+        "aten::_softmax",
+        "aten::_safe_softmax",
+        "aten::bmm",
+        "aten::matmul",
+        "aten::_scaled_dot_product_flash_attention_for_cpu",
+        "aten::_scaled_dot_product_flash_attention",
+        "aten::_scaled_dot_product_efficient_attention",
+        "aten::_scaled_dot_product_cudnn_attention",
+    ),
 }
 
+# Aten ops (base names, overloads included) whose result can depend on the order of a
+# floating-point reduction: when a call of a claimed op dispatches one of them, its kernel must be
+# the target's whatever the op's paths say (a module claiming rms_norm whose entry reaches stock
+# aten::sum has not routed it). Order-insensitive reductions (max, amax, any, argmax) are not here.
+ORDER_SENSITIVE_OPS: frozenset[str] = frozenset(
+    f"aten::{name}"
+    for name in (
+        "mm", "addmm", "bmm", "baddbmm", "addbmm", "matmul", "mv", "addmv", "dot", "vdot",
+        "_int_mm", "_scaled_mm", "linear", "convolution", "_convolution",
+        "sum", "nansum", "mean", "prod", "cumsum", "cumprod", "logsumexp", "logcumsumexp",
+        "var", "std", "var_mean", "std_mean", "norm", "linalg_vector_norm",
+        "_softmax", "_log_softmax", "_safe_softmax", "rms_norm", "_fused_rms_norm",
+        "native_layer_norm", "native_group_norm", "native_batch_norm", "_native_batch_norm_legit",
+        "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_flash_attention",
+        "_scaled_dot_product_efficient_attention", "_scaled_dot_product_cudnn_attention",
+        "_flash_attention_forward", "_efficient_attention_forward",
+        "embedding_bag", "_embedding_bag", "index_add", "scatter_add", "scatter_reduce",
+    )
+)  # fmt: skip
+
 _KERNEL_LINE = re.compile(
-    r"^(?P<key>[A-Za-z0-9_]+)(?P<inactive> \(inactive\))?: registered at "
+    r"^(?P<key>[A-Za-z0-9_]+)(?:\[alias\])?(?P<inactive> \(inactive\))?: registered at "
     r"(?P<where>.+?)(?: :: .*)?$"
 )
 
@@ -43,6 +74,27 @@ def parse_dispatch_kernel(dump: str, key: str) -> str | None:
         if match and match["key"] == key and not match["inactive"]:
             return match["where"].strip()
     return None
+
+
+# Where a backend key has no kernel of its own, the dispatcher runs these, in this order.
+_COMPOSITE_KEYS = ("CompositeExplicitAutogradNonFunctional", "CompositeExplicitAutograd")
+
+
+def parse_active_kernel(dump: str, key: str) -> tuple[str, str] | None:
+    """``(key, location)`` of the kernel that runs for dispatch ``key``: the key's own, else the
+    explicit composite one the dispatcher falls back to (a stock ``aten::_safe_softmax`` has no
+    CPU kernel, and it still runs); None for implicit composites, which decompose before any
+    kernel (their parts are dispatched and seen instead), and ops this torch does not have."""
+    for candidate in (key, *_COMPOSITE_KEYS):
+        location = parse_dispatch_kernel(dump, candidate)
+        if location is not None:
+            return candidate, location
+    return None
+
+
+def is_order_sensitive(qualified_name: str) -> bool:
+    """Whether an aten op (``aten::sum.dim_IntList``) is one of ORDER_SENSITIVE_OPS."""
+    return qualified_name.split(".")[0] in ORDER_SENSITIVE_OPS
 
 
 def location_path(location: str) -> str:

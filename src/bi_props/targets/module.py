@@ -225,16 +225,18 @@ class ModuleTarget(Target):
         return self._dispatch
 
     def kernel_is_own(self, qualified_name: str) -> bool | None:
-        """Whether the active kernel of an aten op on the device's key is registered from the
-        module's directory; None where the op has no kernel of its own on that key."""
-        from .dispatcher import location_path, parse_dispatch_kernel
+        """Whether the kernel that runs for an aten op on the device's key (its own, else the
+        explicit composite the dispatcher falls back to) is registered from the module's
+        directory; None where none runs (implicit composites, ops this torch lacks)."""
+        from .dispatcher import location_path, parse_active_kernel
 
         dump, root = self._dumper(), self._root()
         if dump is None or root is None:
             return None
-        location = parse_dispatch_kernel(dump(qualified_name), self._dispatch_key())
-        if location is None:
+        active = parse_active_kernel(dump(qualified_name), self._dispatch_key())
+        if active is None:
             return None
+        location = active[1]
         path = os.path.realpath(location_path(location))
         return path == root or path.startswith(root + os.sep)
 
@@ -259,20 +261,26 @@ class ModuleTarget(Target):
         self, op: str, dispatched: tuple[str, ...] | None = None
     ) -> dict[str, bool]:
         """Prefix-less modules only. Enabled: every aten op on ``op``'s paths that the call
-        dispatched (``dispatched``; an overload of a path op counts) must have the module's
-        kernel, so a stock one (``F.linear`` with a bias reaching stock ``aten::addmm`` when only
-        ``aten::mm`` is overridden) is a routing failure naming it; none dispatched is no
-        evidence. Disabled: the dispatched ones and every aten op of the paths; any of the
-        module's is a switch leak. Without a trace (``dispatched`` None) the enabled state falls
-        back to the op's path ops as a whole: those that are the module's, else the first."""
+        dispatched (``dispatched``; an overload of a path op counts), and every order-sensitive
+        one it dispatched (``ORDER_SENSITIVE_OPS``: a reduction off the listed paths), must have
+        the module's kernel, so a stock one (``F.linear`` with a bias reaching stock
+        ``aten::addmm`` when only ``aten::mm`` is overridden) is a routing failure naming it;
+        none dispatched is no evidence. Disabled: the dispatched ones and every aten op of the
+        paths; any of the module's is a switch leak. Without a trace (``dispatched`` None) the
+        enabled state falls back to the op's path ops as a whole: those that are the module's,
+        else the first."""
         if self._own_events():
             return {}
-        from .dispatcher import PATH_OPS
+        from .dispatcher import PATH_OPS, is_order_sensitive
 
         names = PATH_OPS.get(op, ())
         if dispatched is not None:
             bases = {name.split(".")[0] for name in names}
-            on_path = [n for n in dispatched if n in names or n.split(".")[0] in bases]
+            on_path = [
+                n
+                for n in dispatched
+                if n in names or n.split(".")[0] in bases or is_order_sensitive(n)
+            ]
             looked = on_path if self._active else [*on_path, *names]
         else:
             looked = list(names)
