@@ -15,7 +15,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from ..model.case import Batch, Case, Companion
+from ..model.case import PARITY_EXTRA_EVERY, Batch, Case, Companion
 from ..model.op_registry import OPS
 from ..model.opspec import OpSpec, out_dtype
 from ..model.property_spec import get as get_property
@@ -226,6 +226,11 @@ def _batch(
     return Batch(position=position, companions=tuple(companions))
 
 
+_EXTRA_DTYPE = (False,) * (PARITY_EXTRA_EVERY - 1) + (True,)
+"""sampled_from draws an index about uniformly (integers() favours small values) and shrinks
+toward False."""
+
+
 @st.composite
 def cases(
     draw: st.DrawFn,
@@ -243,6 +248,10 @@ def cases(
     n_operands = len(info.operands(provisional))
     entry = draw(choice(tuple(entries or info.entries)))
     dtype = draw(choice(tuple(space.dtypes)))
+    # Parity, one example in PARITY_EXTRA_EVERY: a dtype beyond the space's (float64, integer,
+    # complex). The flag shrinks toward False: a float failure stays on its dtype.
+    if prop == "parity" and space.parity_dtypes and draw(choice(_EXTRA_DTYPE)):
+        dtype = draw(choice(tuple(space.parity_dtypes)))
     layouts = tuple(draw(choice(tuple(space.layouts))) for _ in range(n_operands))
     allowed = [v for v in spec.values if v in space.values] or ["general"]
     values = draw(choice(tuple(allowed)))

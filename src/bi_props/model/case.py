@@ -12,6 +12,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 DTYPES = ("float32", "bfloat16", "float16")
+PARITY_DTYPES = ("float64", "int64", "int32", "complex64")
+"""Dtypes a stock op may accept beyond the three every property draws. Only parity draws them
+(one example in ``PARITY_EXTRA_EVERY``): a batch-invariant kernel that handles fewer dtypes than
+the stock op it replaces breaks the contract there, raising or changing the output's dtype."""
+PARITY_EXTRA_EVERY = 8
 LAYOUTS = ("contiguous", "transposed", "offset", "strided")
 VALUE_CLASSES = ("exact", "general", "wide", "special")
 SWITCH_STATES = ("enabled", "disabled")

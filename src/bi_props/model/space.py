@@ -13,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .case import DTYPES, LAYOUTS, VALUE_CLASSES
+from .case import DTYPES, LAYOUTS, PARITY_DTYPES, VALUE_CLASSES
 from .op_registry import OPS
 
 if sys.version_info >= (3, 11):
@@ -89,6 +89,8 @@ class Space:
     # What to explore.
     ops: tuple[str, ...] = DEFAULT_OPS
     dtypes: tuple[str, ...] = DTYPES
+    # Parity only, one example in PARITY_EXTRA_EVERY: dtypes beyond ``dtypes`` ([] turns it off).
+    parity_dtypes: tuple[str, ...] = PARITY_DTYPES
     layouts: tuple[str, ...] = LAYOUTS
     values: tuple[str, ...] = VALUE_CLASSES
     rows: Extent = Extent(1, 600)
@@ -131,7 +133,7 @@ _SECTIONS: dict[str, dict[str, str]] = {
         "cross_process_every": "int",
     },
     "ops": {"include": "list[str]", "exclude": "list[str]"},
-    "dtypes": {"choices": "list[str]"},
+    "dtypes": {"choices": "list[str]", "parity": "list[str]"},
     "layouts": {"choices": "list[str]"},
     "values": {"choices": "list[str]"},
     "shapes": {"rows": "extent", "dim": "extent", "boundaries": "list[int]"},
@@ -306,6 +308,11 @@ def parse(data: dict[str, Any], source: str, profile: str) -> Space:
             space[name] = _choices(
                 source, f"{section}.choices", fields[section, "choices"], allowed
             )
+    if ("dtypes", "parity") in fields:
+        extra = fields["dtypes", "parity"]
+        space["parity_dtypes"] = (
+            _choices(source, "dtypes.parity", extra, (*PARITY_DTYPES, *DTYPES)) if extra else ()
+        )
     for section, key, name, what in (
         ("shapes", "boundaries", "boundaries", "extents"),
         ("batch", "thresholds", "thresholds", "batch sizes"),

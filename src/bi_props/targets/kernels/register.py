@@ -290,6 +290,84 @@ def _swapped(ns: Any) -> dict[str, Callable[..., Any]]:
     }
 
 
+# -- dtypes outside the kernels' domain: the stock kernel, so the switch changes no contract --
+
+KERNEL_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+"""The dtypes every kernel here takes. A call with a tensor of another dtype (integer, bool,
+complex) runs the stock kernel the override replaced, so the switch changes no contract there:
+the stock op's error (a NotImplementedError for an integer softmax) or its result (integer
+reductions are exact in any order, hence batch-invariant anyway). The parity property draws
+those dtypes to check it (model.case.PARITY_DTYPES)."""
+
+ALL_DTYPE_KERNELS = frozenset({"mm", "addmm", "bmm", "mv", "dot", "sum", "sum.dim_IntList",
+                               "mean", "mean.dim"})  # fmt: skip
+"""Overrides whose kernels also take integers and complex (exact integer products and sums, the
+same tree in complex arithmetic): they keep every dtype."""
+
+_CPU_KEYSET = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+
+
+def _outside_domain(args: tuple, kwargs: dict, data: int = 0) -> bool:
+    """A floating or complex tensor of a dtype outside KERNEL_DTYPES, or data (the argument at
+    ``data``: x, q, logits...) that is not floating; index tensors (cu_seqlens, block tables,
+    token ids) are integers by contract and decide nothing."""
+    values = [*args, *kwargs.values()]
+    values += [t for v in values if isinstance(v, (list, tuple)) for t in v]
+    tensors = [v for v in values if isinstance(v, torch.Tensor)]
+    if any(t.dtype not in KERNEL_DTYPES and (t.is_floating_point() or t.is_complex())
+           for t in tensors):  # fmt: skip
+        return True
+    first = args[data] if len(args) > data else None
+    return isinstance(first, torch.Tensor) and first.dtype not in KERNEL_DTYPES
+
+
+def _stock_kernel(name: str) -> Any:
+    """The CPU kernel that ``aten::name`` has now (the stock one, before install overrides it),
+    or None where this torch has no ``torch.library.get_kernel`` (before 2.9): every dtype then
+    goes to the override, as it did before."""
+    get_kernel = getattr(torch.library, "get_kernel", None)
+    if get_kernel is None:
+        return None
+    qualified = f"aten::{name}"
+    try:
+        return get_kernel(qualified, "CPU")
+    except Exception:  # an op with no CPU kernel of its own (composite): nothing to fall back to
+        return None
+
+
+def _guarded_aten(name: str, kernel: Callable[..., Any], stock: Any) -> Callable[..., Any]:
+    if stock is None or name in ALL_DTYPE_KERNELS:
+        return kernel
+
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        if _outside_domain(args, kwargs):
+            return stock.call_boxed(_CPU_KEYSET, *args, **kwargs)
+        return kernel(*args, **kwargs)
+
+    guarded.__doc__ = f"aten::{name}: the batch-invariant kernel on KERNEL_DTYPES, else stock."
+    return guarded
+
+
+_DATA_ARGUMENT = {"rotary_embedding": 1}  # (positions, query, ...): the query decides
+"""The position of a composite's data argument where it is not the first."""
+
+
+def _guarded_composite(kernel: Callable[..., Any], stock: Callable[..., Any]) -> Callable[..., Any]:
+    """A swapped ``bi_props.ops`` composite: the kernel on KERNEL_DTYPES, else the stock
+    composite it replaced (whose aten ops are the guarded overrides above)."""
+    data = _DATA_ARGUMENT.get(kernel.__name__, 0)
+
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        if _outside_domain(args, kwargs, data):
+            return stock(*args, **kwargs)
+        return kernel(*args, **kwargs)
+
+    guarded.__name__, guarded.__qualname__ = kernel.__name__, kernel.__qualname__
+    guarded.__doc__ = kernel.__doc__
+    guarded.__wrapped__ = kernel  # type: ignore[attr-defined]
+    return guarded
+
+
 def install(namespace: str = NAMESPACE) -> None:
     """Route the stock CPU entry points through the batch-invariant kernels, for this process.
 
@@ -312,11 +390,13 @@ def install(namespace: str = NAMESPACE) -> None:
 
     ns = getattr(torch.ops, namespace)
     aten = torch.library.Library("aten", "IMPL")
+    overrides = _aten_overrides(ns)
+    stock = {name: _stock_kernel(name) for name in overrides}  # before any override
     with warnings.catch_warnings():
         # aten warns (once per process) that it overrides a kernel: that is the point here.
         warnings.filterwarnings("ignore", message="(?s).*previously registered kernel")
-        for name, kernel in _aten_overrides(ns).items():
-            aten.impl(name, kernel, "CPU")
+        for name, kernel in overrides.items():
+            aten.impl(name, _guarded_aten(name, kernel, stock[name]), "CPU")
         # aten::linear is CompositeImplicitAutograd: with a bias and an input that is not a
         # contiguous 2-D/3-D matrix it runs matmul and then adds the bias in the output dtype
         # (a second rounding in 16-bit). Batch-invariant, but not the float32 accumulation the
@@ -325,6 +405,7 @@ def install(namespace: str = NAMESPACE) -> None:
     _LIBRARIES.append(aten)
 
     for name, fn in _swapped(ns).items():
-        SWAPPED[name] = fn
-        setattr(stock_ops, name, fn)
+        guarded = _guarded_composite(fn, getattr(stock_ops, name))
+        SWAPPED[name] = guarded
+        setattr(stock_ops, name, guarded)
     _INSTALLED.append(namespace)
