@@ -85,3 +85,44 @@ def test_precision_declarations_travel_in_the_hello():
         assert disabled.precision["log_softmax"] == "output"
         assert disabled.precision["mm"] == "float32"
         assert "probe_model" not in enabled.precision
+
+
+def test_stock_sixteen_bit_sum_split_between_threads_is_declared():
+    """bi-props fuzz found it (2026-12-04, `sum reference [disabled]`): stock CPU bf16 `sum` of a
+    whole tensor split between two threads rounds each thread's float32 partial to bf16, so
+    exact integers summing to -693 gave -696 (bit-exact check: 1 ulp off) where one thread gives
+    -692. Stock `sum` declares `output` precision: the same case is judged within the bound of
+    16-bit partials (and still fails when the kernel is declared float32)."""
+    import numpy as np
+    import torch
+
+    from bi_props.catalogue import OPS
+    from bi_props.execution import materialize as M
+    from bi_props.model.compare import compare_to_reference, round_to_bits
+    from bi_props.targets.cpu import stock_precision
+
+    case = Case(
+        "sum",
+        "torch.sum",
+        "bfloat16",
+        (219, 5, 52),
+        ("contiguous",),
+        "exact",
+        0,
+        {"dim": None, "dtype": None},
+    )
+    (x,) = M.operands(case, M.needle(case), "cpu")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        got = x.sum()
+    finally:
+        torch.set_num_threads(threads)
+    bits = round_to_bits(np.asarray(got.double().numpy()), "bfloat16")
+    inputs = [M.to_float64(x)]
+    assert stock_precision("sum") == "output"
+    (declared,) = OPS["sum"].references(inputs, case, [219], stock_precision("sum"))
+    assert compare_to_reference(bits, declared.value, declared.tolerance, "bfloat16", "x") is None
+    (as_float32,) = OPS["sum"].references(inputs, case, [219], "float32")
+    assert float(got) == -696.0  # the split partials' rounding (1 thread: -692, correct)
+    assert compare_to_reference(bits, as_float32.value, as_float32.tolerance, "bfloat16", "x")

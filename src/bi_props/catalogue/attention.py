@@ -13,11 +13,12 @@ from typing import Any
 import numpy as np
 
 from ..model.bounds import (
+    LAMBDA,
     _gamma,
     _output_rounding,
 )
 from ..model.case import Case
-from ..model.compare import unit_roundoff
+from ..model.compare import smallest_normal, unit_roundoff
 from ..model.opspec import (
     Operand,
     OpSpec,
@@ -84,10 +85,113 @@ def _attention_reference(
             spread = np.where(mask, 0, np.abs(scores - m)).max(-1)
             rel = 2 * d + u * (2 * spread + 8) + 2 * _gamma(length + head_dim, u)
             value[sl] = out
-            error[sl] = rel.T[:, :, None] * weighted
-            magnitude[sl] = weighted
+            error[sl], linear = softmax_value_error(
+                qs, ks, vs, scale, mask, u, acc, rel.T[:, :, None] * weighted
+            )
+            magnitude[sl] = np.where(linear, np.abs(out), weighted)
     bound = _output_rounding(value, error, case.dtype, magnitude, acc)
     return (Reference(value, bound, case.dtype, acc),)
+
+
+EXP_ULPS = 2.0
+"""An exp in a kernel is allowed this many ulps of relative error (2 u each): vectorised float32
+exps (Sleef's u10 variants, PyTorch's and vLLM's CPU paths, GPU ``__expf`` after range reduction)
+stay within 1-2; one off by 1e-5 (about 84 ulps) is what the bound must catch."""
+
+COMBINE = 2.0
+"""The split-KV combine's weight on spread(c) (``softmax_value_error``)."""
+
+LINEAR_LIMIT = 0.05
+"""The probabilistic bound below is first order in the score errors: where a row's largest score
+error reaches this (e^0.05 - 1 is 5 % off 0.05), the row falls back to the worst-case bound."""
+
+
+def _chain_spread(squares: Any, total: Any, n: Any) -> Any:
+    """Twice the expected sum of squared partial sums of a chain over n exchangeable terms, plus
+    the squared terms themselves: the spread whose square root scales a sum's rounding error
+    (``bounds._sum_error``'s; n may be an array)."""
+    n = np.maximum(np.asarray(n, dtype=np.float64), 1.0)
+    mean = total / n
+    var = np.maximum(squares / n - mean * mean, 0.0)
+    c2 = n * (n + 1) * (2 * n + 1) / 6 - 1
+    c1 = np.where(n > 1, n * (n + 1) / 6 - 1, 0.0)
+    return squares + 2 * (c2 * mean * mean + c1 * var)
+
+
+def softmax_value_error(
+    q: np.ndarray,
+    ks: np.ndarray,
+    vs: np.ndarray,
+    scale: float,
+    mask: np.ndarray | None,
+    u: float,
+    acc: str,
+    worst_case: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The allowed error of softmax(scale q k^T) v, per query row, head and output element.
+
+    q (I, H, D); ks, vs (J, H, D) (kv heads already repeated); mask (I, J), True where a key is
+    hidden. Every rounding of an honest kernel, in any order and blocking, enters to first order
+    as an independent error of at most u (EXP_ULPS ulps for an exp) times a known coefficient, so
+    by Azuma-Hoeffding (LAMBDA, as in ``bounds``) the output is within
+    LAMBDA u sqrt(V) of softmax's value, where with p_j the weights, c_j = p_j (v_j - out):
+
+    - a score's error moves the output by c_j times it: the dot product's rounding (its chain
+      spread, times scale^2), the scale's (or a folded log2 e's) two roundings (2 s_j^2), the
+      shift x - max (s_j - m)^2 and the exp (EXP_ULPS^2); the max itself cancels;
+    - dividing each weight: (p_j v_j)^2; with 16-bit internals storing it too: 2 (p_j v_j)^2;
+    - the normaliser sum l (a chain over the p_j, and its rescales in an online softmax): 2 out^2
+      spread(p); the final division or reciprocal and product: 2 out^2;
+    - P @ V (a chain over p_j v_j, and the accumulator's rescales): 2 spread(p v);
+    - a split-KV combine over splits of at least 16 keys: a split's weight and its division
+      (an exp, a product, a division: 6 u^2 of variance) move the output by the split's sum of
+      c_j, at most 2 (C_a^2 + C_b^2) of the c-chain's prefix sums at its ends: 24 / 16 of the
+      prefix sums' squares, which spread(c) (twice their expectation, the c_j summing to zero)
+      covers twice: COMBINE spread(c);
+
+    plus the accumulator's smallest normal per weight times sum_j |v_j| (an exp flushed to zero).
+    Rows whose largest score error passes LINEAR_LIMIT, or whose values are not finite, keep
+    ``worst_case`` (the previous, worst-case bound), and no row gets more than it. Returns the
+    error and where it is the probabilistic one (broadcastable to it).
+    """
+    visible = np.ones((q.shape[0], ks.shape[0]), dtype=bool) if mask is None else ~mask
+    n = visible.sum(-1)[None, :, None]  # (1, I, 1): keys each query sees
+    d = q.shape[-1]
+    with np.errstate(all="ignore"):
+        raw = np.einsum("ihd,jhd->hij", q, ks)
+        squares = np.einsum("ihd,jhd->hij", q * q, ks * ks)
+        dot_spread = _chain_spread(squares, raw, d) * scale * scale
+        s = np.where(visible, raw * scale, -np.inf)
+        m = s.max(-1, keepdims=True)
+        p = np.exp(s - m)
+        p = p / p.sum(-1, keepdims=True)
+        shift = np.where(visible, s - m, 0.0)
+        s0 = np.where(visible, s, 0.0)
+        a = dot_spread + 2 * s0 * s0 + shift * shift + EXP_ULPS**2
+        a = np.where(visible, a, 0.0)
+        pp = p * p
+        out = np.einsum("hij,jhd->ihd", p, vs)
+        a0, a1, a2 = (np.einsum("hij,jhd->ihd", pp * a, vs**k) for k in (0, 1, 2))
+        c0, c1, c2 = (np.einsum("hij,jhd->ihd", pp, vs**k) for k in (0, 1, 2))
+        score_terms = np.maximum(a2 - 2 * out * a1 + out * out * a0, 0.0)
+        c_squares = np.maximum(c2 - 2 * out * c1 + out * out * c0, 0.0)
+        n_out = np.moveaxis(n, 1, 0)  # (I, 1, 1)
+        spread_l = np.transpose(_chain_spread(pp.sum(-1, keepdims=True), 1.0, n), (1, 0, 2))
+        spread_pv = _chain_spread(c2, out, n_out)
+        spread_c = _chain_spread(c_squares, 0.0, n_out)
+        total = (
+            score_terms
+            + (1 if u <= unit_roundoff("float32") else 2) * c2
+            + 2 * out * out * (1 + spread_l)
+            + 2 * spread_pv
+            + COMBINE * spread_c
+        )
+        largest = LAMBDA * u * np.sqrt(np.where(visible, dot_spread, 0.0).max(-1))  # (H, I)
+        largest = largest.T[:, :, None]
+        flushed = smallest_normal(acc) * np.einsum("ij,jhd->ihd", visible * 1.0, np.abs(vs))
+        error = LAMBDA * u * np.sqrt(total) * (1 + largest) + flushed
+        linear = (largest <= LINEAR_LIMIT) & np.isfinite(error)
+        return np.where(linear, np.minimum(error, worst_case), worst_case), linear
 
 
 PAGED_STALE_SCALE = 256.0
@@ -102,14 +206,19 @@ PAGED_SPARE_BLOCKS = 2
 """Blocks in the pool beyond those the batch's sequences need (never referenced)."""
 
 
-PAGED_DECODE_BOUND = (
-    "per sequence and head, with L keys and scores s_j = scale q.k_j: each score is off by at most"
-    " d = gamma~_{D+2} scale max_j (|q|.|k_j|); softmax turns that into a relative weight error of"
-    " 2 d, plus u_acc (2 max_j |s_j - max s| + 8) for x - max, exp and the normalising division;"
-    " the normaliser and P @ V are sums of L terms: 2 gamma~_{L+D}; a split-KV kernel's combine"
-    " (rescaling each split by exp(m_split - m), one product and one division) adds 4 u_acc; all"
-    " relative to sum_j p_j |v_j|; plus one rounding to the output dtype and the smallest normal"
+ATTENTION_BOUND = (
+    "per query row, head and output element, with weights p_j and c_j = p_j (v_j - out): every"
+    " rounding of an honest kernel in any order and blocking (naive, online softmax with a"
+    " running max, split-KV with a combine) enters to first order as an independent error of at"
+    " most u (2 ulps for an exp); Azuma-Hoeffding: lambda u sqrt(V), V = sum_j c_j^2 (scale^2"
+    " spread(q.k_j) + 2 s_j^2 + (s_j - max)^2 + 4) + sum_j (p_j v_j)^2 + 2 out^2 (1 + spread(p))"
+    " + 2 spread(p v) + 2 spread(c), spread = a chain's squared partial sums as in sum_error"
+    " (softmax_value_error); plus the accumulator's smallest normal times sum |v_j|; rows whose"
+    " score error passes 0.05 keep the worst case (2 gamma~ score errors relative to sum p |v|);"
+    " then one rounding to the output dtype and the smallest normal"
 )
+
+PAGED_DECODE_BOUND = ATTENTION_BOUND + " (the decode row of each sequence, over all its keys)"
 
 
 def _paged_operands(case: Case) -> tuple[Operand, ...]:
@@ -225,8 +334,11 @@ def _paged_reference(
             d = _gamma(head_dim + 2, u) * score_mag.max(-1)
             spread = np.abs(scores - m).max(-1)
             rel = 2 * d + u * (2 * spread + 12) + 2 * _gamma(length + head_dim, u)
-            error[b] = rel[:, None] * weighted
-            magnitude[b] = weighted
+            err, linear = softmax_value_error(
+                q[None], ks, vs, scale, None, u, acc, (rel[:, None] * weighted)[None]
+            )
+            error[b] = err[0]
+            magnitude[b] = np.where(linear[0], np.abs(value[b]), weighted)
     bound = _output_rounding(value, error, case.dtype, magnitude, acc)
     return (Reference(value, bound, case.dtype, acc),)
 
@@ -328,8 +440,7 @@ OPS: tuple[OpSpec, ...] = (
         call=_attention_call,
         reference=_attention_reference,
         exact_amplitude=_never_exact,
-        bound="Higham & Mary's gamma~ for the score dot products and the two length sums,"
-        " softmax's exp terms as above; relative to sum p |v|",
+        bound=ATTENTION_BOUND,
         draw_shape=draw_attention,
         companion_rows=attention_companions,
         sequences=True,

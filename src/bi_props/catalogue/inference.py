@@ -13,6 +13,7 @@ import numpy as np
 
 from ..model.bounds import (
     LAMBDA,
+    _deterministic,
     _output_rounding,
     _sum_error,
 )
@@ -279,8 +280,11 @@ def _fused_moe_weights(
 
 def _fused_moe_expert(
     x: np.ndarray, w1: np.ndarray, w2: np.ndarray, u: float, tiny: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """(y, error of y) of one expert for the rows x (n, H): y = w2 silu_and_mul(w1 x).
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(y, its probabilistic error, its other error) of one expert for the rows x (n, H):
+    y = w2 silu_and_mul(w1 x). The probabilistic part is an Azuma-Hoeffding bound over
+    independent roundings (LAMBDA u sqrt(spread)), so such parts of different experts add in
+    quadrature; the other part (caps, underflows, single roundings) adds linearly.
 
     ``tiny`` (the accumulator's smallest normal) is the absolute error of one operation whose
     result underflows (flushed to zero, or subnormal): with wide values the first GEMM's products
@@ -290,10 +294,15 @@ def _fused_moe_expert(
     hidden = x.shape[-1]
     with np.errstate(all="ignore"):
         h = x @ w1.T
-        h_error = _sum_error(h, (x * x) @ (w1 * w1).T, np.abs(x) @ np.abs(w1).T, hidden, u)
-        h_error = h_error + u * np.abs(h) + 2 * hidden * tiny
+        h_abs = np.abs(x) @ np.abs(w1).T
+        h_sum = _sum_error(h, (x * x) @ (w1 * w1).T, h_abs, hidden, u)
+        # the sum error's scale of one standard deviation where the probabilistic bound holds
+        # (LAMBDA of it), the worst case itself where the deterministic cap decided
+        h_sigma = np.where(h_sum < _deterministic(hidden, u) * h_abs, h_sum / LAMBDA, h_sum)
+        h_error = h_sum + u * np.abs(h) + 2 * hidden * tiny
         g, v = h[:, :inter], h[:, inter:]
         eg, ev = h_error[:, :inter], h_error[:, inter:]
+        sg, sv = h_sigma[:, :inter], h_sigma[:, inter:]
         sigmoid = 1.0 / (1.0 + np.exp(-g))
         silu = g * sigmoid
         slope = np.abs(sigmoid * (1.0 + g * (1.0 - sigmoid)))  # |silu'(g)| <= 1.1
@@ -301,18 +310,39 @@ def _fused_moe_expert(
         # exp(-g)'s relative error (u (|g| + c) in float32 kernels) reaches silu(g) scaled by
         # exp(-g) / (1 + exp(-g)) = 1 - sigmoid(g): nothing where g >> 0 (silu(g) = g)
         own = u * ((1.0 - sigmoid) * np.abs(g) + 7) * np.abs(act)
+        flushed = (slope * np.abs(v) + np.abs(silu)) * 2 * hidden * tiny + 3 * tiny
+        # the fixed roundings, each its own term of the Azuma-Hoeffding sum: h's two roundings,
+        # exp's (u (|g| + 4) relative, through 1 - sigmoid) and the add, division and product
+        own_each = u * np.abs(act) * np.sqrt(((1.0 - sigmoid) * (np.abs(g) + 4)) ** 2 + 3)
+        fixed = np.sqrt(
+            (slope * np.abs(v) * u * np.abs(g)) ** 2 + (np.abs(silu) * u * np.abs(v)) ** 2
+        )
+        fixed = np.hypot(fixed, own_each)
         act_error = slope * np.abs(v) * eg + np.abs(silu) * ev + own + 3 * tiny
         # where exp(-g) overflows float32 (g < -88.72) a float32 kernel's silu is a signed zero
-        act_error = np.where(g - eg < -88.72, act_error + np.abs(act), act_error)
+        overflow = g - eg < -88.72
+        act_error = np.where(overflow, act_error + np.abs(act), act_error)
         y = act @ w2.T
         y_error = _sum_error(y, (act * act) @ (w2 * w2).T, np.abs(act) @ np.abs(w2).T, inter, u)
-        # act's errors are independent sums of roundings, each within act_error: their weighted
-        # sum is within LAMBDA sqrt(sum (w2 e_act)^2) (Azuma-Hoeffding, as in _sum_error),
-        # capped by the worst case |w2| e_act
+        # act's error is a sum of independent roundings: the two dot products' (their standard
+        # scale sigma, g's through silu's slope) and the few fixed ones (h's own rounding and
+        # silu_and_mul's, ``fixed`` in quadrature); through w2 all of them together are
+        # within LAMBDA sqrt(sum w2^2 (sigma_g^2 + sigma_v^2 + fixed^2)) (Azuma-Hoeffding over
+        # every rounding at once, as in _sum_error: LAMBDA is applied once, not per stage);
+        # underflows are not mean-zero roundings and add in the worst case (flushed), as does
+        # an overflowing exp's whole act; all capped by the worst case |w2| e_act
+        spread = (slope * np.abs(v) * sg) ** 2 + (np.abs(silu) * sv) ** 2 + fixed * fixed
         worst = act_error @ np.abs(w2).T
-        likely = LAMBDA * np.sqrt((act_error * act_error) @ (w2 * w2).T)
-        y_error = y_error + np.minimum(worst, likely) + u * np.abs(y) + 2 * inter * tiny
-    return y, y_error
+        likely = LAMBDA * np.sqrt(spread @ (w2 * w2).T)
+        extra = (flushed + np.where(overflow, np.abs(act), 0.0)) @ np.abs(w2).T
+        # the second GEMM's own roundings are more of the same independent ones: in quadrature
+        # with the propagated ones where both bounds are probabilistic, added where a cap decided
+        y_abs = np.abs(act) @ np.abs(w2).T
+        joint = (y_error < _deterministic(inter, u) * y_abs) & (likely + extra < worst)
+        y_likely = np.where(joint, np.hypot(y_error, likely), 0.0)
+        y_fixed = np.where(joint, extra, y_error + np.minimum(worst, likely + extra))
+        y_fixed = y_fixed + u * np.abs(y) + 2 * inter * tiny
+    return y, y_likely, y_fixed
 
 
 def _fused_moe_reference(
@@ -337,17 +367,22 @@ def _fused_moe_reference(
     p, p_error = _fused_moe_weights(gating, ids, renormalize, u)
     p_error = p_error + 2 * tiny  # exp(d) and the division underflow where a weight is tiny
     y = np.zeros((tokens, topk, size))
-    y_error = np.zeros((tokens, topk, size))
+    y_likely = np.zeros((tokens, topk, size))
+    y_fixed = np.zeros((tokens, topk, size))
     for expert in np.unique(ids):
         token, slot = np.nonzero(ids == expert)
-        y[token, slot], y_error[token, slot] = _fused_moe_expert(
+        y[token, slot], y_likely[token, slot], y_fixed[token, slot] = _fused_moe_expert(
             hidden[token], w1[expert], w2[expert], u, tiny
         )
     with np.errstate(all="ignore"):
         terms = p[..., None] * y
         value = np.sum(terms, axis=1)
         magnitude = np.sum(np.abs(terms), axis=1)
-        propagated = np.sum(p_error[..., None] * np.abs(y) + p[..., None] * y_error, axis=1)
+        # a token's k experts are k separate computations: their probabilistic errors add in
+        # quadrature (one Azuma-Hoeffding bound over all their roundings), the rest linearly
+        likely = np.sqrt(np.sum((p[..., None] * y_likely) ** 2, axis=1))
+        fixed = np.sum(p_error[..., None] * np.abs(y) + p[..., None] * y_fixed, axis=1)
+        propagated = likely + fixed
         error = propagated + _sum_error(value, np.sum(terms * terms, axis=1), magnitude, topk, u)
         error = error + 2 * topk * tiny
     bound = _output_rounding(value, error, dtype, magnitude, acc)

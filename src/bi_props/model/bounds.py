@@ -113,11 +113,19 @@ def _output_rounding(
     added, an exp stored in bf16): 2 u ``magnitude``, where ``magnitude`` bounds the intermediate
     (the sum of absolute terms; |value| if None). A float32-accumulating kernel gets no such
     slack: an intermediate rounded through a narrower type is exactly what the check must catch.
+
+    The intermediate slack is capped at 2 u |value| + 2 ``computed_error``: an intermediate is a
+    partial result, within |value| plus the partial sums whose size the internals' error already
+    bounds (it is at least u times the largest of them: LAMBDA sqrt(spread) >= max |partial|), so
+    its rounding costs at most u (|value| + computed_error / u). Without the cap a cancelling
+    16-bit sum was allowed 2 u sum |t|: up to 7e4 ulps of its result.
     """
     u = unit_roundoff(dtype)
     magnitude = np.abs(value) if magnitude is None else magnitude
     narrow = acc == dtype and dtype not in ("float32", "float64")
-    intermediate = 2 * u * magnitude if narrow else 0.0
+    with np.errstate(invalid="ignore", over="ignore"):
+        cap = 2 * u * np.abs(value) + 2 * np.asarray(computed_error, dtype=np.float64)
+        intermediate = np.minimum(2 * u * magnitude, cap) if narrow else 0.0
     return (1 + u) * computed_error + u * np.abs(value) + intermediate + smallest_normal(dtype)
 
 

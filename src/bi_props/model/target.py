@@ -40,6 +40,7 @@ def switch_requested() -> bool:
 
 STOCK_PRECISION = {  # the CPU target's (targets/cpu.py)
     "linear": "output",
+    "sum": "output",
     "softmax": "output",
     "log_softmax": "output",
     "attention": "output",
@@ -52,9 +53,13 @@ the float64 reference over 300 drawn cases per op and dtype): 16-bit linear with
 input rounds the product before adding the bias; 16-bit softmax over a non-last dim and
 log_softmax round intermediates in the input dtype; the stock varlen attention is plain torch ops
 in the input dtype; the stock silu_and_mul and gelu_and_mul composites (vLLM's forward_native)
-round the activation to the input dtype before the product. Everything else (mm, matmul, bmm,
-addmm, sum, mean, rms_norm, add_rms_norm, silu, fused_add_rms_norm, layer_norm, embedding)
-computes in float32 and rounds once: bit-exact on integer inputs up to 2^24."""
+round the activation to the input dtype before the product; a 16-bit sum whose reduction is split
+between threads (a whole-tensor sum, or one long reduced dim: from about 32,768 elements on two
+threads) rounds each thread's float32 partial to the input dtype before adding them (bi-props fuzz
+found it, 2026-12-04: exact bf16 integers summing to -693 gave -696 on two threads, -692 on one).
+Everything else (mm, matmul, bmm, addmm, mean, rms_norm, add_rms_norm, silu, fused_add_rms_norm,
+layer_norm, embedding) computes in float32 and rounds once: bit-exact on integer inputs up to
+2^24."""
 
 
 def cpu_stock_precision(op: str) -> str:
