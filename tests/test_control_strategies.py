@@ -114,3 +114,28 @@ def test_a_quota_of_degenerate_examples_is_blind_not_evidence_of_invariance(monk
     assert control.state == "done" and control.applicable is None and control.judged == 0
     assert "blind, not evidence" in control.message, control
     assert blind_controls({"controls": [vars(control)]}) == [vars(control)]
+
+
+def test_every_explicit_control_example_shows_stock_cpu_variance():
+    """The explicit examples are stated as known to show stock batch variance: on stock CPU
+    PyTorch (torch 2.13, the switch off) each one does, through a real worker, so a control
+    that tries them is never blind on this platform (README command 1 left the bmm control
+    blind after 72 drawn examples before bmm had one: the needle alone, n = 1, K = 512)."""
+    from types import SimpleNamespace
+
+    from bi_props.campaigns.controls import explicit_cases
+    from bi_props.model import properties
+    from bi_props.runner.controller import Runner
+
+    ops = [name for name, spec in OPS.items() if spec.control_examples]
+    assert {"mm", "matmul", "addmm", "linear", "bmm"} <= set(ops)
+    runner = Runner("cpu", start_timeout_s=120)
+    try:
+        for op in ops:
+            for case in explicit_cases(SimpleNamespace(entries=lambda op: ()), op):
+                verdict = properties.batch_invariance(
+                    runner.observe("batch_invariance", case, "disabled")
+                )
+                assert not verdict.ok, (op, case, verdict)
+    finally:
+        runner.close()

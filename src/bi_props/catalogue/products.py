@@ -227,6 +227,12 @@ PRODUCT_CONTROL = (1, 256, 16)
 PRODUCT_COMPANIONS = (255,)
 
 
+# bmm: one matrix-vector product (n = 1) alone takes another path than inside a batch of eight
+# (stock CPU fp32, torch 2.13: the needle's K = 512 sums differ); measured 2026-12-04, every
+# batch size 2-300 tried, n = 1 with m in 1-33 and K >= 112.
+BMM_CONTROL = ControlExample((1, 4, 512, 1), (7,))
+
+
 def _product_controls(**options: Any) -> tuple[ControlExample, ...]:
     return (ControlExample(PRODUCT_CONTROL, PRODUCT_COMPANIONS, options),)
 
@@ -310,6 +316,7 @@ OPS: tuple[OpSpec, ...] = (
         draw_shape=draw_bmm,
         companion_rows=small_companions,
         repro_call=_fixed_repro("torch.bmm(args[0], args[1])"),
+        control_examples=(BMM_CONTROL,),
         aten_names=("aten::bmm",),
     ),
     OpSpec(
