@@ -14,6 +14,7 @@ import numpy as np
 
 from ..model.bounds import (
     LAMBDA,
+    _chain_spread,
     _gamma,
     _output_rounding,
 )
@@ -106,18 +107,6 @@ LINEAR_LIMIT = 0.05
 error reaches this (e^0.05 - 1 is 5 % off 0.05), the row falls back to the worst-case bound."""
 
 
-def _chain_spread(squares: Any, total: Any, n: Any) -> Any:
-    """Twice the expected sum of squared partial sums of a chain over n exchangeable terms, plus
-    the squared terms themselves: the spread whose square root scales a sum's rounding error
-    (``bounds._sum_error``'s; n may be an array)."""
-    n = np.maximum(np.asarray(n, dtype=np.float64), 1.0)
-    mean = total / n
-    var = np.maximum(squares / n - mean * mean, 0.0)
-    c2 = n * (n + 1) * (2 * n + 1) / 6 - 1
-    c1 = np.where(n > 1, n * (n + 1) / 6 - 1, 0.0)
-    return squares + 2 * (c2 * mean * mean + c1 * var)
-
-
 def softmax_value_error(
     q: np.ndarray,
     ks: np.ndarray,
@@ -181,7 +170,7 @@ def softmax_value_error(
         spread_c = _chain_spread(c_squares, 0.0, n_out)
         total = (
             score_terms
-            + (1 if u <= unit_roundoff("float32") else 2) * c2
+            + (1 if acc in ("float32", "float64") else 2) * c2
             + 2 * out * out * (1 + spread_l)
             + 2 * spread_pv
             + COMBINE * spread_c

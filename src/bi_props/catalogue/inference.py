@@ -13,9 +13,9 @@ import numpy as np
 
 from ..model.bounds import (
     LAMBDA,
-    _deterministic,
     _output_rounding,
     _sum_error,
+    _sum_error_parts,
 )
 from ..model.case import Case
 from ..model.compare import smallest_normal, unit_roundoff
@@ -295,10 +295,10 @@ def _fused_moe_expert(
     with np.errstate(all="ignore"):
         h = x @ w1.T
         h_abs = np.abs(x) @ np.abs(w1).T
-        h_sum = _sum_error(h, (x * x) @ (w1 * w1).T, h_abs, hidden, u)
+        h_sum, h_likely = _sum_error_parts(h, (x * x) @ (w1 * w1).T, h_abs, hidden, u)
         # the sum error's scale of one standard deviation where the probabilistic bound holds
-        # (LAMBDA of it), the worst case itself where the deterministic cap decided
-        h_sigma = np.where(h_sum < _deterministic(hidden, u) * h_abs, h_sum / LAMBDA, h_sum)
+        # (LAMBDA of it), the worst case itself where a cap decided
+        h_sigma = np.where(h_likely, h_sum / LAMBDA, h_sum)
         h_error = h_sum + u * np.abs(h) + 2 * hidden * tiny
         g, v = h[:, :inter], h[:, inter:]
         eg, ev = h_error[:, :inter], h_error[:, inter:]
@@ -323,7 +323,9 @@ def _fused_moe_expert(
         overflow = g - eg < -88.72
         act_error = np.where(overflow, act_error + np.abs(act), act_error)
         y = act @ w2.T
-        y_error = _sum_error(y, (act * act) @ (w2 * w2).T, np.abs(act) @ np.abs(w2).T, inter, u)
+        y_error, y_sum_likely = _sum_error_parts(
+            y, (act * act) @ (w2 * w2).T, np.abs(act) @ np.abs(w2).T, inter, u
+        )
         # act's error is a sum of independent roundings: the two dot products' (their standard
         # scale sigma, g's through silu's slope) and the few fixed ones (h's own rounding and
         # silu_and_mul's, ``fixed`` in quadrature); through w2 all of them together are
@@ -337,8 +339,7 @@ def _fused_moe_expert(
         extra = (flushed + np.where(overflow, np.abs(act), 0.0)) @ np.abs(w2).T
         # the second GEMM's own roundings are more of the same independent ones: in quadrature
         # with the propagated ones where both bounds are probabilistic, added where a cap decided
-        y_abs = np.abs(act) @ np.abs(w2).T
-        joint = (y_error < _deterministic(inter, u) * y_abs) & (likely + extra < worst)
+        joint = y_sum_likely & (likely + extra < worst)
         y_likely = np.where(joint, np.hypot(y_error, likely), 0.0)
         y_fixed = np.where(joint, extra, y_error + np.minimum(worst, likely + extra))
         y_fixed = y_fixed + u * np.abs(y) + 2 * inter * tiny

@@ -84,19 +84,34 @@ def _sum_error(total: Any, squares: Any, absolute: Any, n: int, u: float) -> Any
     terms and u n^1.5 |mean| for same-sign ones, as reordering errors really do. In a 16-bit
     accumulator it is also capped at SIXTEEN_BIT_CAP_ULPS ulps of max(|sum|, sqrt(sum t^2)).
     """
-    n = max(int(n), 1)
+    return _sum_error_parts(total, squares, absolute, n, u)[0]
+
+
+def _chain_spread(squares: Any, total: Any, n: Any) -> Any:
+    """sum t^2 + 2 (c2 mean^2 + c1 var): the squared terms plus twice the expected sum of squared
+    partial sums of a chain over n exchangeable terms (``_sum_error`` derives it); n may be an
+    array (one count per sum)."""
+    n = np.maximum(np.asarray(n, dtype=np.float64), 1.0)
     with np.errstate(invalid="ignore", over="ignore"):
         mean = np.asarray(total, dtype=np.float64) / n
         var = np.maximum(np.asarray(squares, dtype=np.float64) / n - mean * mean, 0.0)
         c2 = n * (n + 1) * (2 * n + 1) / 6 - 1
-        c1 = n * (n + 1) / 6 - 1 if n > 1 else 0.0
-        spread = squares + 2 * (c2 * mean * mean + c1 * var)
-        probabilistic = LAMBDA * u * np.sqrt(spread)
+        c1 = np.where(n > 1, n * (n + 1) / 6 - 1, 0.0)
+        return squares + 2 * (c2 * mean * mean + c1 * var)
+
+
+def _sum_error_parts(total: Any, squares: Any, absolute: Any, n: int, u: float) -> tuple[Any, Any]:
+    """(``_sum_error``'s bound, where its probabilistic part decided rather than a cap): a
+    composite bound combines probabilistic parts in quadrature (one Azuma-Hoeffding bound over
+    all their roundings) but must add a capped part as it is."""
+    n = max(int(n), 1)
+    with np.errstate(invalid="ignore", over="ignore"):
+        probabilistic = LAMBDA * u * np.sqrt(_chain_spread(squares, total, n))
         bound = np.minimum(probabilistic, _deterministic(n, u) * absolute)
         if u > U32:  # a 16-bit accumulator: 2 u is one ulp at the top of a binade
             typical = np.maximum(np.abs(total), np.sqrt(squares))
             bound = np.minimum(bound, SIXTEEN_BIT_CAP_ULPS * 2 * u * typical)
-        return bound
+        return bound, bound >= probabilistic
 
 
 def _output_rounding(
