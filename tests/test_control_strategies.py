@@ -4,6 +4,9 @@ whole quota; a control cut short stays "blind"."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -128,7 +131,7 @@ def test_every_explicit_control_example_shows_stock_cpu_variance():
     from bi_props.runner.controller import Runner
 
     ops = [name for name, spec in OPS.items() if spec.control_examples]
-    assert {"mm", "matmul", "addmm", "linear", "bmm"} <= set(ops)
+    assert {"mm", "matmul", "addmm", "linear", "bmm", "sum", "mean", "rms_norm", "silu"} <= set(ops)
     runner = Runner("cpu", start_timeout_s=120)
     try:
         for op in ops:
@@ -139,3 +142,25 @@ def test_every_explicit_control_example_shows_stock_cpu_variance():
                 assert not verdict.ok, (op, case, verdict)
     finally:
         runner.close()
+
+
+def test_a_control_example_names_known_layouts_one_per_operand():
+    """An explicit example with a misspelt layout, or a count off the op's operands, is refused
+    with the op, the example and the fix named (not run with a silently wrong layout)."""
+    from types import SimpleNamespace
+
+    from bi_props.campaigns.controls import explicit_cases
+    from bi_props.model.opspec import ControlExample
+
+    with pytest.raises(ValueError, match=r"unknown layout.*'transpose'"):
+        ControlExample((1, 8), (3,), layouts=("transpose",))
+    spec = OPS["rms_norm"]
+    wrong = ControlExample((1, 8), (3,), layouts=("transposed",))  # rms_norm has 2 operands
+    OPS["rms_norm"] = replace(spec, control_examples=(wrong,))
+    try:
+        with pytest.raises(ValueError, match=r"'rms_norm': control example 0 names 1 layout.*2"):
+            explicit_cases(SimpleNamespace(entries=lambda op: ()), "rms_norm")
+    finally:
+        OPS["rms_norm"] = spec
+    case = explicit_cases(SimpleNamespace(entries=lambda op: ()), "sum")[0]
+    assert case.layouts == ("transposed",)

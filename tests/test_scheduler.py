@@ -74,8 +74,8 @@ def test_controls_stay_within_their_share_and_are_interleaved() -> None:
     assert "control" in kinds and kinds.index("control") < 20, kinds
 
 
-def test_default_control_share_is_at_most_15_percent() -> None:
-    assert CONTROL_SHARE <= 0.15
+def test_default_control_share_is_at_most_a_quarter() -> None:
+    assert CONTROL_SHARE <= 0.25
     with pytest.raises(ValueError, match="control_share"):
         Scheduler(10.0, control_share=1.5)
 

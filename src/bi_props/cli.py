@@ -89,7 +89,7 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         metavar="FRACTION",
         help="largest share of the budget the negative controls may use (default: the space's "
-        "[runner] control_share, 0.15)",
+        "[runner] control_share, 0.25)",
     )
     _switch_option(fuzz)
     fuzz.add_argument(

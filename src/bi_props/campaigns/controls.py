@@ -81,8 +81,8 @@ EXPLICIT_SEED = 20261202  # the explicit examples' tensors: fixed, so a reader c
 
 
 def explicit_cases(session: Session, op: str) -> list[Case]:
-    """The op's ``control_examples`` as cases: float32, general values, contiguous operands, the
-    session's first entry point of the op."""
+    """The op's ``control_examples`` as cases: float32, general values, the example's layouts
+    (contiguous when it names none), the session's first entry point of the op."""
     spec = OPS[op]
     entry = (session.entries(op) or spec.entries)[0]
     out = []
@@ -90,7 +90,14 @@ def explicit_cases(session: Session, op: str) -> list[Case]:
         seed = EXPLICIT_SEED + 100 * i
         case = Case(op, entry, "float32", tuple(example.shape), (), "general", seed)
         case = replace(case, options=dict(example.options))
-        case = replace(case, layouts=("contiguous",) * len(spec.operands(case)))
+        count = len(spec.operands(case))
+        layouts = example.layouts or ("contiguous",) * count
+        if len(layouts) != count:
+            raise ValueError(
+                f"op {op!r}: control example {i} names {len(layouts)} layout(s) for {count} "
+                "operand(s); give one per operand, or none for all contiguous"
+            )
+        case = replace(case, layouts=tuple(layouts))
         companions = tuple(Companion(seed + 1 + j, r) for j, r in enumerate(example.companions))
         position = min(example.position, len(companions))
         out.append(case.with_batch(Batch(position=position, companions=companions)))

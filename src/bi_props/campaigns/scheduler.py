@@ -56,8 +56,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-CONTROL_SHARE = 0.15
-"""Default largest share of the budget the negative controls may use ([runner] control_share)."""
+from ..model.space import CONTROL_SHARE
+
 MIN_TURN_S = 0.05
 MAX_TURN_S = 10.0
 TURN_FRACTION = 0.02  # a later turn's time limit: this fraction of the budget, within the bounds

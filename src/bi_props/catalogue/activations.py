@@ -17,6 +17,7 @@ from ..model.bounds import (
 from ..model.case import Case
 from ..model.compare import unit_roundoff
 from ..model.opspec import (
+    ControlExample,
     Operand,
     OpSpec,
     Reference,
@@ -180,6 +181,9 @@ OPS: tuple[OpSpec, ...] = (
         " where exp(-x) overflows",
         draw_shape=draw_rows_by_dim,
         repro_call=_fixed_repro("F.silu(args[0])"),
+        # Stock CPU silu: the needle alone (15 elements) is all vector tail, a scalar formula;
+        # inside a batch of 256 rows its elements are in full vectors (x86 ATen, 2026-12-04).
+        control_examples=(ControlExample((1, 15), (255,)),),
         aten_names=("aten::silu",),
     ),
     OpSpec(
@@ -195,6 +199,9 @@ OPS: tuple[OpSpec, ...] = (
         bound=GATED_BOUND,
         draw_shape=draw_gated,
         repro_call=_silu_and_mul_repro,
+        # A transposed input: the batch moves the needle's elements between the vector body and
+        # the scalar tail of silu (x86 ATen, 2026-12-04).
+        control_examples=(ControlExample((4, 95), (15,), layouts=("transposed",)),),
     ),
     OpSpec(
         name="gelu_and_mul",
@@ -210,5 +217,9 @@ OPS: tuple[OpSpec, ...] = (
         bound=GATED_BOUND,
         draw_shape=draw_gelu_and_mul,
         repro_call=_gelu_and_mul_repro,
+        # As silu_and_mul's, tanh-approximated gelu (x86 ATen, 2026-12-04).
+        control_examples=(
+            ControlExample((4, 47), (15,), {"approximate": "tanh"}, layouts=("transposed",)),
+        ),
     ),
 )

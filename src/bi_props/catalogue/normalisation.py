@@ -17,6 +17,7 @@ from ..model.bounds import (
 from ..model.case import Case
 from ..model.compare import unit_roundoff
 from ..model.opspec import (
+    ControlExample,
     Operand,
     OpSpec,
     Reference,
@@ -312,6 +313,9 @@ OPS: tuple[OpSpec, ...] = (
         bound=RMS_NORM_BOUND,
         draw_shape=draw_rms_norm,
         repro_call=_rms_norm_repro,
+        # A transposed input: its mean of squares over a strided row is vectorised across the
+        # batch's rows, a scalar chain for the needle alone (x86 ATen, 2026-12-04).
+        control_examples=(ControlExample((1, 97), (249,), layouts=("transposed", "contiguous")),),
         aten_names=("aten::rms_norm",),
     ),
     OpSpec(
@@ -329,6 +333,10 @@ OPS: tuple[OpSpec, ...] = (
         bound=RMS_NORM_BOUND + "; the residual x + residual: one rounding",
         draw_shape=draw_add_rms_norm,
         repro_call=_add_rms_norm_repro,
+        # As rms_norm's: x transposed makes x + residual strided (x86 ATen, 2026-12-04).
+        control_examples=(
+            ControlExample((1, 64), (255,), layouts=("transposed", "contiguous", "contiguous")),
+        ),
     ),
     OpSpec(
         name="fused_add_rms_norm",

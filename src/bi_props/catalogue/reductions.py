@@ -236,6 +236,12 @@ def draw_softmax(draw: Any, ctx: Any) -> Shape:
     return shape, options
 
 
+# Stock CPU reductions over a strided (transposed) row vectorise across rows once the batch
+# fills a vector, a scalar chain for the needle alone (x86 ATen, 2026-12-04).
+STRIDED_ROW_CONTROL = ControlExample(
+    (1, 64), (15,), {"dim": -1, "dtype": None, "keepdim": False}, layouts=("transposed",)
+)
+
 OPS: tuple[OpSpec, ...] = (
     OpSpec(
         name="sum",
@@ -250,6 +256,7 @@ OPS: tuple[OpSpec, ...] = (
         bound=SUM_BOUND,
         draw_shape=draw_reduction,
         repro_call=_reduce_repro,
+        control_examples=(STRIDED_ROW_CONTROL,),
         aten_names=("aten::sum",),
     ),
     OpSpec(
@@ -265,6 +272,7 @@ OPS: tuple[OpSpec, ...] = (
         bound=SUM_BOUND,
         draw_shape=draw_reduction,
         repro_call=_reduce_repro,
+        control_examples=(STRIDED_ROW_CONTROL,),
         aten_names=("aten::mean",),
     ),
     OpSpec(

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .case import Case
+from .case import LAYOUTS, Case
 
 PRECISIONS = ("float32", "bfloat16", "float16", "output")
 """What a target may declare as an op's internal (accumulation) precision; "output" means the
@@ -64,15 +64,24 @@ a ``strategies.ShapeContext``."""
 class ControlExample:
     """A case a negative control tries before its search, like Hypothesis' ``@example``: one
     known to show stock batch variance on some platform (the needle alone takes another kernel
-    path than inside the batch: M = 1 against M past a tile). Run in float32 with general values
-    and contiguous operands; ``companions`` are the rows of each companion, the needle at
-    ``position``. Stated in the op's data so that a control's first evidence never depends on
-    the luck of a draw."""
+    path than inside the batch: M = 1 against M past a tile; a strided operand reduced across
+    rows once the batch fills a vector). Run in float32 with general values; ``layouts`` name
+    each operand's layout (empty: all contiguous); ``companions`` are the rows of each
+    companion, the needle at ``position``. Stated in the op's data so that a control's first
+    evidence never depends on the luck of a draw."""
 
     shape: tuple[int, ...]
     companions: tuple[int, ...]
     options: dict[str, Any] = field(default_factory=dict)
     position: int = 0
+    layouts: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        unknown = [name for name in self.layouts if name not in LAYOUTS]
+        if unknown:
+            raise ValueError(
+                f"ControlExample{self.shape}: unknown layout(s) {unknown}; use {list(LAYOUTS)}"
+            )
 
 
 @dataclass(frozen=True)

@@ -58,6 +58,11 @@ class SpaceError(ValueError):
     """A search-space file that cannot be used; the message says file, key and fix."""
 
 
+CONTROL_SHARE = 0.25
+"""Default largest share of a campaign's budget the negative controls may use: a 60 s run on two
+cores needs about a quarter for 22 controls to see variance or spend their quota of 200."""
+
+
 @dataclass(frozen=True)
 class Extent:
     min: int
@@ -81,7 +86,9 @@ class Space:
     example_timeout_s: float = 60.0
     start_timeout_s: float = 300.0
     control_examples: int = 200
-    control_share: float = 0.15  # largest share of a campaign's budget the controls may use
+    control_share: float = (
+        CONTROL_SHARE  # largest share of a campaign's budget the controls may use
+    )
     fork_workers: bool = True  # replacement workers forked from a loaded parent (CPU targets)
     # One determinism example in this many is also compared in a second, freshly started
     # worker (determinism across processes); 0 turns it off.
