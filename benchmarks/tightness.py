@@ -106,17 +106,44 @@ def f32(x: np.ndarray) -> np.ndarray:
 
 def mm_kernel(x, summer, narrow):
     a, b = x
-    terms = f32(a[:, None, :] * b.T[None, :, :])
+    return _chain(f32(a[:, None, :] * b.T[None, :, :]), summer, narrow)
+
+
+def _chain(terms, summer, narrow):
+    """A product's or reduction's terms summed over the last axis: by ``summer``, or in split-K
+    blocks whose partials are rounded to ``narrow``."""
     if narrow:
         return blocked(terms, BLOCK, narrow).astype(np.float64)
     return summer(terms).astype(np.float64)
+
+
+def bmm_kernel(x, summer, narrow):
+    a, b = x
+    terms = f32(a[:, :, None, :] * np.swapaxes(b, 1, 2)[:, None, :, :])
+    return _chain(terms, summer, narrow)
+
+
+def addmm_kernel(x, summer, narrow):
+    """beta = alpha = 1: the bias added to the float32 product, one more rounding."""
+    bias, a, b = x
+    return f32(bias + _chain(f32(a[:, None, :] * b.T[None, :, :]), summer, narrow)).astype(
+        np.float64
+    )
+
+
+def linear_kernel(x, summer, narrow):
+    v, w, bias = x
+    return f32(bias + _chain(f32(v[:, None, :] * w[None, :, :]), summer, narrow)).astype(
+        np.float64
+    )
+
+
+def mean_kernel(x, summer, narrow):
+    return f32(sum_kernel(x, summer, narrow) / x[0].shape[-1]).astype(np.float64)
 
 
 def sum_kernel(x, summer, narrow):
-    terms = f32(x[0])
-    if narrow:
-        return blocked(terms, BLOCK, narrow).astype(np.float64)
-    return summer(terms).astype(np.float64)
+    return _chain(f32(x[0]), summer, narrow)
 
 
 def rms_norm_kernel(x, summer, narrow):
@@ -339,11 +366,19 @@ def fused_moe_kernel(x, summer, narrow, exp=None):
 
 OPS_UNDER_TEST = {
     "mm": (mm_kernel, lambda n: (8, n, 16), {}),
+    "matmul": (mm_kernel, lambda n: (8, n, 16), {"form": "2d"}),
+    "bmm": (bmm_kernel, lambda n: (2, 8, n, 16), {}),
+    "addmm": (addmm_kernel, lambda n: (8, n, 16), {"alpha": 1, "beta": 1, "bias": "vector"}),
+    "linear": (linear_kernel, lambda n: (8, n, 16), {"bias": True, "form": "2d"}),
     "sum": (sum_kernel, lambda n: (16, n), {"dim": -1}),
+    "mean": (mean_kernel, lambda n: (16, n), {"dim": -1, "dtype": None, "keepdim": False}),
     "rms_norm": (rms_norm_kernel, lambda n: (16, n), {}),
     "softmax": (softmax_kernel, lambda n: (16, n), {"dim": -1}),
     "fused_moe": (fused_moe_kernel, lambda n: (4, n, n, 4, 2), {"renormalize": True}),
 }
+
+
+ONE_CHAIN = ("mm", "matmul", "bmm", "sum", "mean")  # a split-K of one block is the result
 
 
 def measure(op: str, dtype: str, n: int) -> dict[str, float | str]:
@@ -384,7 +419,7 @@ def measure(op: str, dtype: str, n: int) -> dict[str, float | str]:
         caught_b16.append(caught(keep(kernel(x, sequential, narrow))))
         if op in ("softmax", "fused_moe"):
             caught_exp.append(caught(keep(kernel(x, sequential, None, sloppy_exp))))
-    one_block = op in ("mm", "sum") and n <= BLOCK and dtype != "float32"
+    one_block = op in ONE_CHAIN and n <= BLOCK and dtype != "float32"
     return _row(allowed, ratios, uses, caught_tf32, caught_b16, caught_exp, one_block)
 
 

@@ -122,8 +122,9 @@ def _output_rounding(
     acc: str = "float32",
 ) -> np.ndarray:
     """The stated bound: ``computed_error`` (the internals, in ``acc``), one final rounding to
-    ``dtype`` (u |value|), and an absolute slack of the smallest normal number (subnormal results
-    may be flushed to zero). A kernel declaring 16-bit internals (``acc`` == the 16-bit output
+    ``dtype`` (u |value|), and an absolute slack of the smallest normal number of ``acc``
+    (a flushed intermediate), or of ``dtype`` where the result may lie below it (subnormal
+    results may be flushed to zero). A kernel declaring 16-bit internals (``acc`` == the 16-bit output
     dtype) may also round up to two intermediates in that dtype (a product rounded before a bias is
     added, an exp stored in bf16): 2 u ``magnitude``, where ``magnitude`` bounds the intermediate
     (the sum of absolute terms; |value| if None). A float32-accumulating kernel gets no such
@@ -141,7 +142,14 @@ def _output_rounding(
     with np.errstate(invalid="ignore", over="ignore"):
         cap = 2 * u * np.abs(value) + 2 * np.asarray(computed_error, dtype=np.float64)
         intermediate = np.minimum(2 * u * magnitude, cap) if narrow else 0.0
-    return (1 + u) * computed_error + u * np.abs(value) + intermediate + smallest_normal(dtype)
+        bound = (1 + u) * computed_error + u * np.abs(value) + intermediate
+        # A flushed intermediate in ``acc`` costs at most its smallest normal; the result itself
+        # may be flushed only where it can lie below the *output's* smallest normal. For a
+        # float16 output of float32 internals the old slack of float16's smallest normal
+        # everywhere allowed a softmax of 4,096 keys ~500 ulps (its probabilities near 2^-14).
+        output_flush = np.where(np.abs(value) - bound <= smallest_normal(dtype), 1.0, 0.0)
+        flush = np.maximum(smallest_normal(acc), output_flush * smallest_normal(dtype))
+    return bound + flush
 
 
 def _product_reference(
