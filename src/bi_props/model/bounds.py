@@ -124,8 +124,8 @@ def _output_rounding(
     """The stated bound: ``computed_error`` (the internals, in ``acc``), one final rounding to
     ``dtype`` (u |value|), and an absolute slack of the smallest normal number of ``acc``
     (a flushed intermediate), or of ``dtype`` where the result may lie below it (subnormal
-    results may be flushed to zero). A kernel declaring 16-bit internals (``acc`` == the 16-bit output
-    dtype) may also round up to two intermediates in that dtype (a product rounded before a bias is
+    results may be flushed to zero). A kernel declaring 16-bit internals (``acc`` == the
+    16-bit output dtype) may also round up to two intermediates in that dtype (a product rounded before a bias is
     added, an exp stored in bf16): 2 u ``magnitude``, where ``magnitude`` bounds the intermediate
     (the sum of absolute terms; |value| if None). A float32-accumulating kernel gets no such
     slack: an intermediate rounded through a narrower type is exactly what the check must catch.
