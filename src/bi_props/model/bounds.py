@@ -122,18 +122,19 @@ def _output_rounding(
     acc: str = "float32",
 ) -> np.ndarray:
     """The stated bound: ``computed_error`` (the internals, in ``acc``), one final rounding to
-    ``dtype`` (u |value|), and an absolute slack of the smallest normal number of ``acc``
-    (a flushed intermediate), or of ``dtype`` where the result may lie below it (subnormal
-    results may be flushed to zero). A kernel declaring 16-bit internals (``acc`` == the
-    16-bit output dtype) may also round up to two intermediates in that dtype (a product rounded before a bias is
-    added, an exp stored in bf16): 2 u ``magnitude``, where ``magnitude`` bounds the intermediate
-    (the sum of absolute terms; |value| if None). A float32-accumulating kernel gets no such
-    slack: an intermediate rounded through a narrower type is exactly what the check must catch.
+    ``dtype`` (u |value|), and an absolute slack of the smallest normal number of ``acc`` (a
+    flushed intermediate), or of ``dtype`` where the result may lie below it (subnormal results
+    may be flushed to zero). A kernel declaring 16-bit internals (``acc`` == the 16-bit output
+    dtype) may also round up to two intermediates in that dtype (a product rounded before a bias
+    is added, an exp stored in bf16): 2 u ``magnitude``, where ``magnitude`` bounds the
+    intermediate (the sum of absolute terms; |value| if None). A float32-accumulating kernel
+    gets no such slack: an intermediate rounded through a narrower type is exactly what the
+    check must catch.
 
     The intermediate slack is capped at 2 u |value| + 2 ``computed_error``: an intermediate is a
     partial result, within |value| plus the partial sums whose size the internals' error already
-    bounds (it is at least u times the largest of them: LAMBDA sqrt(spread) >= max |partial|), so
-    its rounding costs at most u (|value| + computed_error / u). Without the cap a cancelling
+    bounds (it is at least u times the largest of them: LAMBDA sqrt(spread) >= max |partial|),
+    so its rounding costs at most u (|value| + computed_error / u). Without the cap a cancelling
     16-bit sum was allowed 2 u sum |t|: up to 7e4 ulps of its result.
     """
     u = unit_roundoff(dtype)
