@@ -30,6 +30,8 @@ minutes on 2 cores, most of it attention at n = 4096.
 
 from __future__ import annotations
 
+import functools
+import math
 import sys
 import time
 from collections.abc import Callable
@@ -133,9 +135,7 @@ def addmm_kernel(x, summer, narrow):
 
 def linear_kernel(x, summer, narrow):
     v, w, bias = x
-    return f32(bias + _chain(f32(v[:, None, :] * w[None, :, :]), summer, narrow)).astype(
-        np.float64
-    )
+    return f32(bias + _chain(f32(v[:, None, :] * w[None, :, :]), summer, narrow)).astype(np.float64)
 
 
 def mean_kernel(x, summer, narrow):
@@ -146,12 +146,12 @@ def sum_kernel(x, summer, narrow):
     return _chain(f32(x[0]), summer, narrow)
 
 
-def rms_norm_kernel(x, summer, narrow):
+def rms_norm_kernel(x, summer, narrow, eps=2.0**-23):
     v, w = x
     h = v.shape[-1]
     total = summer(f32(v * v)).astype(np.float64)
     ms = f32(total / h)
-    r = f32(1.0 / np.sqrt(f32(ms + 2.0**-23)))[:, None]
+    r = f32(1.0 / np.sqrt(f32(ms + eps)))[:, None]
     normed = f32(v * r)
     if narrow:
         normed = rnd(normed, narrow)
@@ -177,6 +177,71 @@ def sloppy_exp(x: np.ndarray) -> np.ndarray:
 
 def exact_exp(x: np.ndarray) -> np.ndarray:
     return f32(np.exp(x.astype(np.float64)))
+
+
+def log_softmax_kernel(x, summer, narrow, exp=None):
+    v = x[0]
+    shifted = f32(v - v.max(-1, keepdims=True))
+    e = (exp or exact_exp)(shifted)
+    if narrow:
+        e = f32(rnd(e, narrow))
+    lse = f32(np.log(summer(e).astype(np.float64)))[:, None]
+    return f32(shifted - lse).astype(np.float64)
+
+
+def silu_float32(a, narrow=None, exp=None):
+    """a / (1 + exp(-a)), each step rounded to float32 (the exp optionally to ``narrow``)."""
+    with np.errstate(over="ignore"):
+        e = (exp or exact_exp)(f32(-a))
+    if narrow:
+        e = f32(rnd(e, narrow))
+    return f32(a / f32(1.0 + e.astype(np.float64)))
+
+
+def silu_kernel(x, summer, narrow, exp=None):
+    return silu_float32(f32(x[0]), narrow, exp).astype(np.float64)
+
+
+def silu_and_mul_kernel(x, summer, narrow, exp=None):
+    h = x[0].shape[-1] // 2
+    a, b = f32(x[0][:, :h]), f32(x[0][:, h:])
+    return f32(silu_float32(a, narrow, exp) * b).astype(np.float64)
+
+
+_ERF = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def gelu_and_mul_kernel(x, summer, narrow):
+    """Exact-erf gelu(a) * b in float32: a / sqrt 2, erf (correctly rounded), 1 + erf, the
+    half a product, times (1 + erf), times b; the erf optionally rounded to ``narrow``."""
+    h = x[0].shape[-1] // 2
+    a, b = f32(x[0][:, :h]), f32(x[0][:, h:])
+    erf = f32(_ERF(f32(a * np.float32(1 / math.sqrt(2))).astype(np.float64)))
+    if narrow:
+        erf = f32(rnd(erf, narrow))
+    gelu = f32(f32(0.5 * a) * f32(1.0 + erf.astype(np.float64)))
+    return f32(gelu * b).astype(np.float64)
+
+
+def layer_norm_kernel(x, summer, narrow):
+    """Two-pass layer norm in float32: the mean, d = x - mean (optionally rounded to
+    ``narrow``), the biased variance, rstd = 1 / sqrt(var + eps), d rstd w + b."""
+    v, w, bias = x
+    h = v.shape[-1]
+    mean = f32(summer(f32(v)).astype(np.float64) / h)[:, None]
+    d = f32(v - mean)
+    if narrow:
+        d = f32(rnd(d, narrow))
+    var = f32(summer(f32(d.astype(np.float64) ** 2)).astype(np.float64) / h)
+    rstd = f32(1.0 / np.sqrt(f32(var + 1e-5)))[:, None]
+    return f32(f32(f32(d * rstd) * w) + bias).astype(np.float64)
+
+
+def add_rms_norm_kernel(x, summer, narrow, eps=2.0**-23):
+    """rms_norm of the float32 sum x + residual (the op's first output), not rounded to the
+    output dtype first (the reference's form rounds it; the bound admits both)."""
+    v, residual, w = x
+    return rms_norm_kernel([f32(v + residual).astype(np.float64), w], summer, narrow, eps)
 
 
 ATTENTION_ROWS = 8
@@ -374,10 +439,22 @@ OPS_UNDER_TEST = {
     "mean": (mean_kernel, lambda n: (16, n), {"dim": -1, "dtype": None, "keepdim": False}),
     "rms_norm": (rms_norm_kernel, lambda n: (16, n), {}),
     "softmax": (softmax_kernel, lambda n: (16, n), {"dim": -1}),
+    "log_softmax": (log_softmax_kernel, lambda n: (16, n), {"dim": -1}),
+    "silu": (silu_kernel, lambda n: (16, n), {}),
+    "silu_and_mul": (silu_and_mul_kernel, lambda n: (16, n), {}),
+    "gelu_and_mul": (gelu_and_mul_kernel, lambda n: (16, n), {"approximate": "none"}),
+    "layer_norm": (layer_norm_kernel, lambda n: (16, n), {"affine": True, "eps": 1e-5}),
+    "add_rms_norm": (add_rms_norm_kernel, lambda n: (16, n), {}),
+    "fused_add_rms_norm": (
+        functools.partial(add_rms_norm_kernel, eps=1e-6),
+        lambda n: (16, n),
+        {"eps": 1e-6},
+    ),
     "fused_moe": (fused_moe_kernel, lambda n: (4, n, n, 4, 2), {"renormalize": True}),
 }
 
 
+EXP_OPS = ("softmax", "log_softmax", "silu", "silu_and_mul", "fused_moe")  # take an ``exp``
 ONE_CHAIN = ("mm", "matmul", "bmm", "sum", "mean")  # a split-K of one block is the result
 
 
@@ -392,7 +469,7 @@ def measure(op: str, dtype: str, n: int) -> dict[str, float | str]:
         layouts = ("contiguous",) * len(OPS[op].operands(probe))
         case = Case(op, OPS[op].entries[0], dtype, shape_of(n), layouts, "general", seed, options)
         x = [M.to_float64(t) for t in M.operands(case, M.needle(case), "cpu")]
-        (ref,) = OPS[op].references(x, case, [case.shape[0]], "float32")
+        ref = OPS[op].references(x, case, [case.shape[0]], "float32")[0]  # y of (y, residual)
         value, tol = ref.value, np.broadcast_to(ref.tolerance, ref.value.shape)
         # elements whose correctly rounded value overflows the dtype are judged by the overflow
         # rule (an infinity of the right sign passes), not by a distance: left out here
@@ -408,7 +485,8 @@ def measure(op: str, dtype: str, n: int) -> dict[str, float | str]:
         )
         floor = unit_roundoff(dtype) * np.abs(value)
         allowed.append((tol / ulp_size(value, dtype))[finite])
-        ratios.append(np.median((tol / np.maximum(worst, floor))[finite]))
+        with np.errstate(divide="ignore", invalid="ignore"):  # exact zeros: left out below
+            ratios.append(np.median((tol / np.maximum(worst, floor))[finite]))
         uses.append(float(np.max((worst / tol)[finite])))
 
         def caught(bad, finite=finite, value=value, tol=tol):
@@ -417,7 +495,7 @@ def measure(op: str, dtype: str, n: int) -> dict[str, float | str]:
         if dtype == "float32":
             caught_tf32.append(caught(keep(kernel([tf32(t) for t in x], sequential, None))))
         caught_b16.append(caught(keep(kernel(x, sequential, narrow))))
-        if op in ("softmax", "fused_moe"):
+        if op in EXP_OPS:
             caught_exp.append(caught(keep(kernel(x, sequential, None, sloppy_exp))))
     one_block = op in ONE_CHAIN and n <= BLOCK and dtype != "float32"
     return _row(allowed, ratios, uses, caught_tf32, caught_b16, caught_exp, one_block)

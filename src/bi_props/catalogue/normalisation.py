@@ -101,21 +101,38 @@ def _add_rms_norm_call(entry: str, args: Sequence[Any], case: Case, lengths: Seq
     return (y, rest[-1])
 
 
+def _residual_references(
+    x: Sequence[np.ndarray], dtype: str, eps: float, acc: str
+) -> tuple[Reference, Reference]:
+    """(y, residual) of x + residual normalised: the residual output is one rounding of the exact
+    sum (bitwise on exact inputs); y is rms_norm of the sum *rounded to the output dtype*, as a
+    kernel that normalises the residual it stored computes it. Where the output dtype is
+    narrower than the internals, a kernel may instead take the mean of squares of the unrounded
+    sum (vLLM's CUDA kernel: the variance of the float sum, the stored residual normalised) or
+    normalise the unrounded sum: y's bound adds both differences, computed exactly (without it
+    an honest bf16 kernel of that form used up to 1.9x its bound)."""
+    from ..model.compare import bits_to_float64, round_to_bits
+
+    total = x[0] + x[1]
+    rounded = bits_to_float64(round_to_bits(total, dtype), dtype)
+    y = _rms_norm_value(rounded, x[2], eps, dtype, acc)
+    if unit_roundoff(dtype) > unit_roundoff(acc):
+        h = max(total.shape[-1], 1)
+        with np.errstate(all="ignore"):
+            rstd = 1 / np.sqrt(np.sum(rounded * rounded, -1, keepdims=True) / h + eps)
+            rstd_exact = 1 / np.sqrt(np.sum(total * total, -1, keepdims=True) / h + eps)
+            w = np.abs(x[2])
+            form = (
+                np.abs(total - rounded) * rstd_exact + np.abs(rounded) * np.abs(rstd_exact - rstd)
+            ) * w
+        y = Reference(y.value, y.tolerance + form, y.dtype, y.precision)
+    return y, Reference(total, unit_roundoff(dtype) * np.abs(total), dtype, acc)
+
+
 def _add_rms_norm_reference(
     x: Sequence[np.ndarray], case: Case, lengths: Sequence[int], acc: str = "float32"
 ):
-    """The residual output x + residual is one rounding of an exact sum: bitwise on exact inputs,
-    within one rounding otherwise. y is rms_norm of the *rounded* sum, as kernels compute it."""
-    from ..model.compare import bits_to_float64, round_to_bits
-
-    dtype = case.dtype
-    total = x[0] + x[1]
-    rounded = bits_to_float64(round_to_bits(total, dtype), dtype)
-    resid_tol = unit_roundoff(dtype) * np.abs(total)
-    return (
-        _rms_norm_value(rounded, x[2], _eps(case), dtype, acc),
-        Reference(total, resid_tol, dtype, acc),
-    )
+    return _residual_references(x, case.dtype, _eps(case), acc)
 
 
 def _add_rms_norm_amplitude(case: Case, acc: str = "float32") -> int:
@@ -146,19 +163,8 @@ def _fused_add_rms_norm_call(
 def _fused_add_rms_norm_reference(
     x: Sequence[np.ndarray], case: Case, lengths: Sequence[int], acc: str = "float32"
 ):
-    """As add_rms_norm's (x_out is rms_norm of the rounded sum times weight, residual_out the sum
-    rounded once), with the case's eps."""
-    from ..model.compare import bits_to_float64, round_to_bits
-
-    dtype = case.dtype
-    total = x[0] + x[1]
-    rounded = bits_to_float64(round_to_bits(total, dtype), dtype)
-    resid_tol = unit_roundoff(dtype) * np.abs(total)
-    eps = float(case.opt("eps", 1e-6))
-    return (
-        _rms_norm_value(rounded, x[2], eps, dtype, acc),
-        Reference(total, resid_tol, dtype, acc),
-    )
+    """As add_rms_norm's (x_out is y, residual_out the sum rounded once), with the case's eps."""
+    return _residual_references(x, case.dtype, float(case.opt("eps", 1e-6)), acc)
 
 
 _STOCK_FUSED_ADD_RMS_NORM = '''
