@@ -87,7 +87,7 @@ def explicit_cases(session: Session, op: str) -> list[Case]:
     entry = (session.entries(op) or spec.entries)[0]
     out = []
     for i, example in enumerate(spec.control_examples):
-        seed = EXPLICIT_SEED + 100 * i
+        seed = EXPLICIT_SEED + 100 * i + example.seed
         case = Case(op, entry, "float32", tuple(example.shape), (), "general", seed)
         case = replace(case, options=dict(example.options))
         count = len(spec.operands(case))
