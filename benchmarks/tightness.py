@@ -158,12 +158,15 @@ def rms_norm_kernel(x, summer, narrow, eps=2.0**-23):
     return f32(normed * w).astype(np.float64)
 
 
-def softmax_kernel(x, summer, narrow, exp=None):
-    v = x[0]
+def _shifted_exps(v, narrow, exp=None):
+    """(x - max, exp(x - max)) in float32, the exps optionally rounded to ``narrow``."""
     shifted = f32(v - v.max(-1, keepdims=True))
     e = (exp or exact_exp)(shifted)
-    if narrow:
-        e = f32(rnd(e, narrow))
+    return shifted, f32(rnd(e, narrow)) if narrow else e
+
+
+def softmax_kernel(x, summer, narrow, exp=None):
+    _, e = _shifted_exps(x[0], narrow, exp)
     s = summer(e).astype(np.float64)[:, None]
     return f32(e / s).astype(np.float64)
 
@@ -180,11 +183,7 @@ def exact_exp(x: np.ndarray) -> np.ndarray:
 
 
 def log_softmax_kernel(x, summer, narrow, exp=None):
-    v = x[0]
-    shifted = f32(v - v.max(-1, keepdims=True))
-    e = (exp or exact_exp)(shifted)
-    if narrow:
-        e = f32(rnd(e, narrow))
+    shifted, e = _shifted_exps(x[0], narrow, exp)
     lse = f32(np.log(summer(e).astype(np.float64)))[:, None]
     return f32(shifted - lse).astype(np.float64)
 

@@ -90,14 +90,8 @@ def explicit_cases(session: Session, op: str) -> list[Case]:
         seed = EXPLICIT_SEED + 100 * i + example.seed
         case = Case(op, entry, "float32", tuple(example.shape), (), "general", seed)
         case = replace(case, options=dict(example.options))
-        count = len(spec.operands(case))
-        layouts = example.layouts or ("contiguous",) * count
-        if len(layouts) != count:
-            raise ValueError(
-                f"op {op!r}: control example {i} names {len(layouts)} layout(s) for {count} "
-                "operand(s); give one per operand, or none for all contiguous"
-            )
-        case = replace(case, layouts=tuple(layouts))
+        layouts = example.layouts or ("contiguous",) * len(spec.operands(case))
+        case = replace(case, layouts=tuple(layouts))  # counts checked at registration
         companions = tuple(Companion(seed + 1 + j, r) for j, r in enumerate(example.companions))
         position = min(example.position, len(companions))
         out.append(case.with_batch(Batch(position=position, companions=companions)))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import MutableMapping, Sequence
 
+from .case import Case
 from .opspec import OpSpec
 from .registry import Registry, _Lazy
 
@@ -84,6 +85,7 @@ def _check_op(spec: OpSpec) -> list[str]:
             f"properties {unknown} are unknown; choose from {list(PROPERTIES)} (a property of "
             f"your own: register it first, e.g. in the target's EXTRA_PROPERTIES)"
         )
+    problems += control_example_problems(spec)
     claimed = {
         a: ATEN_TO_OP[a] for a in spec.aten_names if ATEN_TO_OP.get(a, spec.name) != spec.name
     }
@@ -91,6 +93,29 @@ def _check_op(spec: OpSpec) -> list[str]:
         problems.append(
             f"aten_names {sorted(claimed)} already map to {sorted(set(claimed.values()))}"
         )
+    return problems
+
+
+def control_example_problems(spec: OpSpec) -> list[str]:
+    """An explicit control example that names layouts must name one per operand of its case
+    (the names themselves are checked by ``ControlExample``): found when the op is registered,
+    not when a campaign's control first runs it."""
+    problems = []
+    for i, example in enumerate(spec.control_examples):
+        if not example.layouts:
+            continue
+        shape, options = tuple(example.shape), dict(example.options)
+        probe = Case(spec.name, spec.entries[0], "float32", shape, (), "general", 0, options)
+        try:
+            count = len(spec.operands(probe))
+        except Exception as exc:  # a user's operands() that cannot take the example's shape
+            problems.append(f"control example {i}: operands() failed on it ({exc})")
+            continue
+        if len(example.layouts) != count:
+            problems.append(
+                f"control example {i} names {len(example.layouts)} layout(s) for {count} "
+                "operand(s); give one per operand, or none for all contiguous"
+            )
     return problems
 
 

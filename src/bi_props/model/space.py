@@ -86,9 +86,8 @@ class Space:
     example_timeout_s: float = 60.0
     start_timeout_s: float = 300.0
     control_examples: int = 200
-    control_share: float = (
-        CONTROL_SHARE  # largest share of a campaign's budget the controls may use
-    )
+    # the largest share of a campaign's budget the negative controls may use
+    control_share: float = CONTROL_SHARE
     fork_workers: bool = True  # replacement workers forked from a loaded parent (CPU targets)
     # One determinism example in this many is also compared in a second, freshly started
     # worker (determinism across processes); 0 turns it off.
