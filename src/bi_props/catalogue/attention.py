@@ -91,7 +91,8 @@ def _attention_reference(
                 qs, ks, vs, scale, mask, u, acc, rel.T[:, :, None] * weighted
             )
             magnitude[sl] = np.where(linear, np.abs(out), weighted)
-    bound = _output_rounding(value, error, case.dtype, magnitude, acc)
+    # softmax_value_error counts the final division's (or reciprocal and product's) roundings.
+    bound = _output_rounding(value, error, case.dtype, magnitude, acc, last_counted=True)
     return (Reference(value, bound, case.dtype, acc),)
 
 
@@ -329,7 +330,8 @@ def _paged_reference(
             )
             error[b] = err[0]
             magnitude[b] = np.where(linear[0], np.abs(value[b]), weighted)
-    bound = _output_rounding(value, error, case.dtype, magnitude, acc)
+    # softmax_value_error counts the final division's (or reciprocal and product's) roundings.
+    bound = _output_rounding(value, error, case.dtype, magnitude, acc, last_counted=True)
     return (Reference(value, bound, case.dtype, acc),)
 
 

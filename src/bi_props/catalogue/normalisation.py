@@ -11,6 +11,8 @@ from typing import Any
 import numpy as np
 
 from ..model.bounds import (
+    LAMBDA,
+    _chain_spread,
     _output_rounding,
     _sum_error,
 )
@@ -30,8 +32,9 @@ from ._shared import (
 )
 
 RMS_NORM_BOUND = (
-    "relative _sum_error(sum x^2) / (2 sum x^2) + 8 u_acc on each output; plus one rounding to the"
-    " output dtype and the smallest normal"
+    "relative _sum_error(sum x^2) / (2 sum x^2) + 5.5 u_acc on each output (/h and + eps halved by"
+    " the sqrt, a 2-ulp rsqrt, x * rstd, * weight; 8 u_acc for 16-bit internals); plus one"
+    " rounding to the output dtype unless it is the internals' own, and the smallest normal"
 )
 
 
@@ -55,18 +58,61 @@ def _rms_norm_value(
     x: np.ndarray, w: np.ndarray, eps: float, dtype: str, acc: str = "float32"
 ) -> Reference:
     """mean of squares (h positive terms, relative error e_s = _sum_error / sum), + eps, sqrt,
-    divide, times weight, all in ``acc``: relative error <= e_s / 2 + 8 u on each output (sqrt
-    halves the relative error of its argument; 8 u covers the six single roundings after it)."""
+    divide, times weight, all in ``acc``: relative error <= e_s / 2 + RMS_NORM_FIXED u on each
+    output (``_rms_norm_fixed``)."""
     h, u = x.shape[-1], unit_roundoff(acc)
     with np.errstate(all="ignore"):
         sq = x * x
         total = np.sum(sq, axis=-1, keepdims=True)
         ms = total / max(h, 1)
         value = x / np.sqrt(ms + eps) * w
-        relative = _sum_error(total, np.sum(sq * sq, axis=-1, keepdims=True), total, h, u)
-        relative = np.where(total > 0, relative / total / 2, 0.0) + 8 * u
+        squares = np.sum(sq * sq, axis=-1, keepdims=True)
+        chain = _sum_error(total, squares, total, h, u)
+        chain = np.where(total > 0, chain / total / 2, 0.0)
+        relative = chain + _rms_norm_fixed(acc) * u
+        if acc in ("float32", "float64"):
+            relative = np.minimum(relative, _rms_norm_azuma(total, squares, h, u))
         error = relative * np.abs(value)
-    return Reference(value, _output_rounding(value, error, dtype, None, acc), dtype, acc)
+    bound = _output_rounding(value, error, dtype, None, acc, last_counted=True)
+    return Reference(value, bound, dtype, acc)
+
+
+RMS_NORM_FIXED = 5.5
+"""rms_norm's roundings after the sum of squares, in u, counted one by one for float32 (or
+float64) internals: the division by h (or a rounded 1/h and a product: 2 u), + eps (u), both
+halved by the square root (1.5 u); the reciprocal square root (an accelerator's rsqrt: 2 ulps;
+or sqrt and a division: 2 u); x * rstd (u); times the weight (u: the last rounding, the
+output's own where the output is float32). Before 2026-12-05 the bound allowed 8 u here plus u
+for the output's rounding: a median 16-18.7x the worst honest order's error in float32."""
+
+
+RMS_NORM_ROUNDINGS = 2.75
+"""The sum of squared coefficients of rms_norm's roundings after the sum of squares (as in
+RMS_NORM_FIXED): 1/h and its product (0.5^2 each), + eps (0.5^2), x * rstd (1), * weight (1);
+the reciprocal square root's two roundings (sqrt and 1 / r: 1 each) or an approximate rsqrt's
+2 ulps are added apart (``_rms_norm_azuma``)."""
+
+
+def _rms_norm_azuma(total: Any, squares: Any, h: int, u: float) -> Any:
+    """rms_norm's relative error with every rounding in one Azuma-Hoeffding bound (LAMBDA, as
+    in ``bounds``): the sum of squares' chain (its spread over (2 sum)^2: the square root halves
+    it) and RMS_NORM_ROUNDINGS; the reciprocal square root either as two more roundings or as an
+    approximation's 2 ulps, worst case (not a rounding: it may be systematic), whichever is
+    larger. ``_rms_norm_value`` takes the smaller of this and the worst-case sum (chain bound /
+    2 + RMS_NORM_FIXED u): it fails only if one of them does, at most twice 2 exp(-LAMBDA^2 / 2)
+    per element."""
+    with np.errstate(all="ignore"):
+        spread = _chain_spread(squares, total, max(h, 1)) / (4 * total * total)
+        variance = np.where(total > 0, spread, 0.0) + RMS_NORM_ROUNDINGS
+        return np.maximum(
+            LAMBDA * u * np.sqrt(variance + 2.0), LAMBDA * u * np.sqrt(variance) + 2 * u
+        )
+
+
+def _rms_norm_fixed(acc: str) -> float:
+    """RMS_NORM_FIXED for float32 or float64 internals; 8 for 16-bit ones, as before (a kernel
+    declaring them may round anywhere between float32 steps)."""
+    return RMS_NORM_FIXED if acc in ("float32", "float64") else 8.0
 
 
 def _rms_norm_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]) -> Any:
@@ -249,7 +295,8 @@ def _layer_norm_reference(
             w, b = affine
             y = y * w + b
             error = error * np.abs(w) + u * np.abs(y)
-    bound = _output_rounding(y, error, case.dtype, None, acc)
+    # The last rounding (+ b, or d * rstd without affine) is counted above.
+    bound = _output_rounding(y, error, case.dtype, None, acc, last_counted=True)
     return (Reference(y, bound, case.dtype, acc),)
 
 

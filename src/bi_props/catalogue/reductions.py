@@ -12,6 +12,9 @@ from typing import Any
 import numpy as np
 
 from ..model.bounds import (
+    LAMBDA,
+    _chain_spread,
+    _deterministic,
     _output_rounding,
     _sum_error,
 )
@@ -102,7 +105,8 @@ def _reduce_reference(mean: bool):
                 # One more rounding for the division (or for a reciprocal multiply: two).
                 error = error / max(n, 1) + 2 * u * np.abs(value)
         intermediate = magnitude / max(n, 1) if mean else magnitude
-        bound = _output_rounding(value, error, dtype, intermediate, acc)
+        # The chain's last addition (mean: the division) is the last rounding, counted above.
+        bound = _output_rounding(value, error, dtype, intermediate, acc, last_counted=True)
         return (Reference(np.asarray(value), bound, dtype, acc),)
 
     return reference
@@ -140,6 +144,67 @@ def _softmax_call(name: str) -> Callable[[str, Sequence[Any], Case, Sequence[int
     return call
 
 
+def _positive_chain(e: np.ndarray, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """(sum of squared, sum of) partial sums m = 2..n of the positive terms ``e`` along ``dim``
+    taken largest first: each is the largest partial sum of m terms, so these are the worst
+    case over every order and grouping (a tree's k-th largest node sums at most n - k + 1
+    terms), no probability involved."""
+    desc = -np.sort(-np.moveaxis(e, dim, -1), axis=-1)
+    prefix = np.cumsum(desc, axis=-1)[..., 1:]
+    squares = np.moveaxis(np.sum(prefix * prefix, axis=-1, keepdims=True), -1, dim)
+    return squares, np.moveaxis(np.sum(prefix, axis=-1, keepdims=True), -1, dim)
+
+
+def _softmax_relative(
+    e: np.ndarray, s: np.ndarray, d: np.ndarray, dim: int, u: float, acc: str
+) -> np.ndarray:
+    """softmax's relative error bound per element (``e`` the exact exps of x - max, ``s`` their
+    sum, ``d`` = |x - max|), its roundings counted one by one.
+
+    An honest kernel computing in ``acc`` rounds, per element j: the shift x_j - max and at most
+    one multiply folding log2(e) into the exponent (each an argument error of u d_j: a relative
+    error u d_j of the exp), the exp (EXP_ULPS = 2 ulps: an accelerator's), then the sum's
+    chain, and a division, or a reciprocal and a product (2 u, the last of them the output's
+    own rounding). Element j's error enters p_i = e_i / s to first order with the coefficient
+    (1 - p_i) for j = i (it is in the sum too) and -p_j otherwise. Two bounds, the smaller
+    taken (it fails only if one of them does: at most twice 2 exp(-LAMBDA^2 / 2)):
+
+    - worst case: 2 u ((1 - p_i)(d_i + 1) + sum_{j != i} p_j (d_j + 1)) + 2 u + chain, where
+      chain is the sum's bound (``_sum_error``, its spread no more than the largest-first order's
+      realised one, ``_positive_chain``), or that order's deterministic u (sum of its partial
+      sums + s) where smaller;
+    - one Azuma-Hoeffding bound over every rounding (the chain, 2 per shift, the division's 2):
+      LAMBDA u sqrt(spread / s^2 + 2 (1 - p_i)^2 d_i^2 + 2 sum_{j != i} p_j^2 d_j^2 + 2), plus
+      the exps' errors worst case (not roundings: an approximation's may be systematic),
+      2 u (1 - p_i) + 2 u sum_{j != i} p_j = 4 u (1 - p_i).
+
+    Before 2026-12-05 the bound added every term at full weight (u (2 d_i + 8) + 2 u
+    sum_j p_j d_j + chain, and one more u for the output's rounding): at n = 16 a median 20.6x
+    the worst honest order's error. A target declaring 16-bit internals keeps that count (it
+    may round partly in float32)."""
+    n = e.shape[dim] if e.ndim else 1
+    with np.errstate(all="ignore"):
+        p = e / s
+        squares = np.sum(e * e, axis=dim, keepdims=True)
+        weighted = np.sum(np.where(e > 0, d * p, 0.0), axis=dim, keepdims=True)
+        if acc not in ("float32", "float64"):
+            return u * (2 * d + 8) + 2 * u * weighted + _sum_error(s, squares, s, n, u) / s
+        worst_squares, worst_sum = _positive_chain(e, dim)
+        spread = np.minimum(_chain_spread(squares, s, n), squares + worst_squares)
+        chain = np.minimum(
+            np.minimum(LAMBDA * u * np.sqrt(spread), _deterministic(n, u) * s), u * (worst_sum + s)
+        )
+        own = (1 - p) * (d + 1)
+        others = np.maximum(weighted + 1 - p * (d + 1), 0.0)
+        linear = 2 * u * (own + others) + 2 * u + chain / s
+        shifts = np.where(e > 0, (p * d) ** 2, 0.0)
+        own_shift = ((1 - p) * d) ** 2
+        other_shifts = np.maximum(np.sum(shifts, axis=dim, keepdims=True) - shifts, 0.0)
+        variance = spread / (s * s) + 2 * (own_shift + other_shifts) + 2
+        azuma = LAMBDA * u * np.sqrt(variance) + 4 * u * (1 - p)
+        return np.where(np.isfinite(azuma), np.minimum(linear, azuma), linear)
+
+
 def _softmax_reference(log: bool):
     def reference(
         x: Sequence[np.ndarray], case: Case, lengths: Sequence[int], acc: str = "float32"
@@ -161,16 +226,16 @@ def _softmax_reference(log: bool):
             squares = np.sum(e * e, axis=dim, keepdims=True)
             d = np.abs(shifted)
             weighted = np.sum(np.where(e > 0, d * e, 0.0), axis=dim, keepdims=True) / s
-            slack = u * (2 * d + 8) + 2 * u * weighted + _sum_error(s, squares, s, n, u) / s
             if log:
+                slack = u * (2 * d + 8) + 2 * u * weighted + _sum_error(s, squares, s, n, u) / s
                 value = shifted - np.log(s)
                 error = slack + u * np.abs(value)
                 magnitude = np.abs(shifted) + np.abs(np.log(s))
             else:
                 value = e / s
-                error = slack * value
+                error = _softmax_relative(e, s, d, dim, u, acc) * value
                 magnitude = value
-        bound = _output_rounding(value, error, dtype, magnitude, acc)
+        bound = _output_rounding(value, error, dtype, magnitude, acc, last_counted=not log)
         return (Reference(value, bound, dtype, acc),)
 
     return reference

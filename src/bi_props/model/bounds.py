@@ -120,6 +120,7 @@ def _output_rounding(
     dtype: str,
     magnitude: Any = None,
     acc: str = "float32",
+    last_counted: bool = False,
 ) -> np.ndarray:
     """The stated bound: ``computed_error`` (the internals, in ``acc``), one final rounding to
     ``dtype`` (u |value|), and an absolute slack of the smallest normal number of ``acc`` (a
@@ -136,14 +137,25 @@ def _output_rounding(
     bounds (it is at least u times the largest of them: LAMBDA sqrt(spread) >= max |partial|),
     so its rounding costs at most u (|value| + computed_error / u). Without the cap a cancelling
     16-bit sum was allowed 2 u sum |t|: up to 7e4 ulps of its result.
+
+    ``last_counted``: the op's ``computed_error`` already counts the rounding of its last
+    operation in ``acc`` (a sum's last addition, a normalisation's last product). Where the
+    output dtype *is* ``acc`` (float32 or float64 internals), rounding to it is then the
+    identity and is not added again (before 2026-12-05 it was: a float32 rms_norm or softmax
+    counted its last rounding twice). Not for 16-bit internals: a kernel declaring them may
+    compute partly in float32 and round to the output at the end.
     """
     u = unit_roundoff(dtype)
+    identity = last_counted and dtype == acc and dtype in ("float32", "float64")
+    # The rounding to the output dtype: u |value|, and u times the error of the value rounded
+    # (kept where the last rounding is the op's own: it counted u |exact value| only).
+    final = 0.0 if identity else u
     magnitude = np.abs(value) if magnitude is None else magnitude
     narrow = acc == dtype and dtype not in ("float32", "float64")
     with np.errstate(invalid="ignore", over="ignore"):
         cap = 2 * u * np.abs(value) + 2 * np.asarray(computed_error, dtype=np.float64)
         intermediate = np.minimum(2 * u * magnitude, cap) if narrow else 0.0
-        bound = (1 + u) * computed_error + u * np.abs(value) + intermediate
+        bound = (1 + u) * computed_error + final * np.abs(value) + intermediate
         # A flushed intermediate in ``acc`` costs at most its smallest normal; the result itself
         # may be flushed only where it can lie below the *output's* smallest normal. For a
         # float16 output of float32 internals the old slack of float16's smallest normal
