@@ -17,7 +17,7 @@ import pytest
 
 from bi_props.catalogue import OPS
 from bi_props.execution import materialize as M
-from bi_props.model.bounds import output_rounding
+from bi_props.model.bounds import output_rounding, sum_error
 from bi_props.model.case import Case
 from bi_props.model.compare import bits_to_float64, round_to_bits, smallest_normal
 
@@ -165,3 +165,13 @@ def test_output_rounding_is_not_charged_twice_for_float32_internals():
     for dtype, acc in (("bfloat16", "float32"), ("bfloat16", "bfloat16")):
         a = output_rounding(value, error, dtype, None, acc, last_counted=True)
         np.testing.assert_array_equal(a, output_rounding(value, error, dtype, None, acc))
+
+
+def test_sum_bound_of_a_long_16_bit_sum_is_finite():
+    """``bi-props fuzz`` (2026-12-05): a stock bf16 sum of 238 x 16 x 48 = 182,784 elements
+    (16-bit internals declared) raised OverflowError in the deterministic cap (1 + u)^n - 1, an
+    internal error. The bound is now finite (the 16-bit cap decides), and 0 for an all-zero sum."""
+    n = 238 * 16 * 48
+    total, squares, absolute = np.array([3.0, 0.0]), np.array([5e4, 0.0]), np.array([9e4, 0.0])
+    error = sum_error(total, squares, absolute, n, 2.0**-8)
+    assert np.all(np.isfinite(error)) and error[1] == 0 and error[0] > 0, error

@@ -6,6 +6,7 @@ the exact-integer amplitude (public as ``bi_props.sum_error``, ``output_rounding
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
 
 import numpy as np
@@ -51,8 +52,11 @@ def _bounded_amplitude(terms: int, acc: str = "float32", scale: float = 1.0) -> 
 
 def _deterministic(n: int, u: float) -> float:
     """The worst-case relative bound of n chained roundings, (1 + u)^n - 1 (Higham's gamma_n
-    without its n u < 1 restriction): finite for every n, used only as a cap."""
-    return math.expm1(n * math.log1p(u))
+    without its n u < 1 restriction), used only as a cap: the largest float where it overflows
+    (a 16-bit sum of more than ~182,000 terms; math.expm1 raised there, an internal error that
+    ``bi-props fuzz`` found on 2026-12-05), so that times a zero sum |t| it is still 0."""
+    exponent = n * math.log1p(u)
+    return math.expm1(exponent) if exponent < 709 else sys.float_info.max
 
 
 def _gamma(n: int, u: float = U32) -> float:
