@@ -206,7 +206,8 @@ ATTENTION_BOUND = (
     " + 2 spread(p v) + 2 spread(c), spread = a chain's squared partial sums as in sum_error"
     " (softmax_value_error); plus the accumulator's smallest normal times sum |v_j|; rows whose"
     " score error passes 0.05 keep the worst case (2 gamma~ score errors relative to sum p |v|);"
-    " then one rounding to the output dtype and the smallest normal"
+    " then one rounding to the output dtype unless it is the internals' own, and the smallest"
+    " normal"
 )
 
 PAGED_DECODE_BOUND = ATTENTION_BOUND + " (the decode row of each sequence, over all its keys)"

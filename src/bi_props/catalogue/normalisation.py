@@ -258,7 +258,7 @@ LAYER_NORM_BOUND = (
     " sum e_d^2 + _sum_error(sum d^2) + 4 u_acc sum x^2) / h + u_acc var (two-pass, Welford or"
     " one-pass E[x^2] - mean^2 alike); rstd relative e_var / (2 (var + eps)) + 4 u_acc; y = d rstd"
     " w + b: (e_d + (rel_rstd + 2 u_acc) |d|) rstd |w| + u_acc |y|; plus one rounding to the"
-    " output dtype and the smallest normal"
+    " output dtype unless it is the internals' own, and the smallest normal"
 )
 
 

@@ -37,14 +37,18 @@ from ._shared import (
 SUM_BOUND = (
     "a sum of n terms: LAMBDA u_acc sqrt(sum x^2 + 2 E[sum s^2]) (_sum_error), capped by"
     " ((1 + u_acc)^n - 1) sum |x|; mean: / n + 2 u_acc |mean|; plus one rounding to the output"
-    " dtype and the smallest normal"
+    " dtype unless it is the internals' own, and the smallest normal"
 )
 
 
 SOFTMAX_BOUND = (
-    "relative u_acc (2 |x_i - max| + 8) + 2 u_acc sum_j |x_j - max| p_j + _sum_error(sum exp) /"
-    " sum exp (log_softmax: absolute, + u_acc |value|); plus one rounding to the output dtype and"
-    " the smallest normal"
+    "float32/float64 internals, softmax: relative, the smaller of 2 u ((1 - p_i)(d_i + 1) +"
+    " sum_{j != i} p_j (d_j + 1)) + 2 u + chain and LAMBDA u sqrt(chain spread / s^2 +"
+    " 2 (1 - p_i)^2 d_i^2 + 2 sum_{j != i} p_j^2 d_j^2 + 2) + 4 u (1 - p_i), d = |x - max|, the"
+    " chain's spread at most the largest-first order's (_softmax_relative); 16-bit internals and"
+    " log_softmax: relative u_acc (2 d_i + 8) + 2 u_acc sum_j d_j p_j + _sum_error(sum exp) /"
+    " sum exp (log_softmax: absolute, + u_acc |value|); plus one rounding to the output dtype"
+    " unless it is the internals' own (softmax), and the smallest normal"
 )
 
 
