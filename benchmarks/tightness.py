@@ -9,7 +9,10 @@ inputs, for a kernel declaring float32 internals:
 - honest: float32 kernels in four summation orders (sequential, reversed, pairwise, blocks of 16),
   products and exp rounded to float32, the result rounded once to the output dtype; the attention
   ops in four forms (naive softmax, FlashAttention's online softmax over blocks of 16 keys and of
-  one key, four split-KV splits normalised and combined), each summing forward and reversed.
+  one key, four split-KV splits normalised and combined), each summing forward and reversed, and
+  online-1 visiting each row's keys in increasing score order (a rescale at every key: the order
+  the bound's rescale terms are counted for). Ten seeds per row (SEEDS; fused_moe and the
+  attention ops three: SLOW_SEEDS).
   ``ratio`` is the median over elements of allowed slack / the worst honest form's error (the
   error floored at the half ulp the final rounding costs anyway); ``use`` is the largest fraction
   of its slack any honest element used (above 1 would be a false alarm).
@@ -45,7 +48,13 @@ from bi_props.model.compare import bits_to_float64, round_to_bits, ulp_size, uni
 
 SIZES = (16, 256, 4096)
 DTYPES = ("float32", "bfloat16", "float16")
-SEEDS = (0, 1, 2)
+SEEDS = tuple(range(10))
+"""Seeds per op, dtype and n. The ratio is a median over elements (16 rows of a row op): with 3
+seeds the sum's ratio at n = 4096 read 13.1x, 16.1x or 17.8x per seed (8.7-23.5x over 30 seeds,
+median 14.9x), so a 3-seed table put a bound on either side of 16x by chance (2026-12-05)."""
+SLOW_SEEDS = (0, 1, 2)
+"""fused_moe and the attention ops (a minute or more per seed at their largest n; each seed
+gives 512 elements)."""
 BLOCK = 64
 
 
@@ -338,6 +347,32 @@ def attention_rows(q, k, v, scale, visible, variant, summer, narrow, exp):
     return f32(out / np.moveaxis(total, 0, 1)).astype(np.float64)
 
 
+def attention_rows_by_score(q, k, v, scale, visible, summer, narrow, exp):
+    """online-1 with each query row's keys visited in increasing score order (the same keys and
+    values, so the same exact result): every key raises the running max, so the normaliser and
+    the accumulator are rescaled, and rounded, at every key. On random scores an online softmax
+    rescales about ln n times; this is the order the bound's rescale terms are counted for
+    (data whose scores grow with position, as recent tokens' often do)."""
+    s = _scores(q, k, scale, visible, summer)
+    out = np.zeros((q.shape[0], q.shape[1], v.shape[-1]))
+    for h in range(q.shape[1]):
+        for r in range(q.shape[0]):
+            order = np.argsort(s[h, r], kind="stable")
+            one = (slice(r, r + 1), slice(h, h + 1))
+            out[one] = attention_rows(
+                q[one],
+                k[order][:, one[1]],
+                v[order][:, one[1]],
+                scale,
+                visible[one[0]][:, order],
+                "online-1",
+                summer,
+                narrow,
+                exp,
+            )
+    return out
+
+
 ATTENTION_VARIANTS = ("naive", "online-16", "online-1", "split-4")
 ATTENTION_OPS = ("attention", "paged_decode_attention")
 
@@ -369,7 +404,7 @@ def measure_attention(op: str, dtype: str, n: int) -> dict[str, float | str]:
     narrow = "bfloat16" if dtype == "float32" else dtype
     shape = (n, 2, 1, 32) if op == "attention" else (n, 2, 1, 32, 16)
     options = {} if op == "attention" else {"placement": 0}
-    for seed in SEEDS:
+    for seed in SLOW_SEEDS:
         case = Case(
             op, OPS[op].entries[0], dtype, shape, ("contiguous",) * 3, "general", seed, options
         )
@@ -396,6 +431,8 @@ def measure_attention(op: str, dtype: str, n: int) -> dict[str, float | str]:
             for variant in ATTENTION_VARIANTS
             for summer in (sequential, reversed_order)
         ]
+        by_score = attention_rows_by_score(q, k, v, scale, visible, sequential, None, exact_exp)
+        honest.append(rnd(by_score, dtype))
         worst = np.max([np.abs(h - value) for h in honest], axis=0)
         floor = unit_roundoff(dtype) * np.abs(value)
         allowed.append(np.ravel(tol / ulp_size(value, dtype)))
@@ -484,7 +521,7 @@ def measure(op: str, dtype: str, n: int) -> dict[str, float | str]:
     kernel, shape_of, options = OPS_UNDER_TEST[op]
     ratios, uses, caught_tf32, caught_b16, caught_exp, allowed = [], [], [], [], [], []
     narrow = "bfloat16" if dtype == "float32" else dtype
-    for seed in SEEDS:
+    for seed in SLOW_SEEDS if op == "fused_moe" else SEEDS:
         probe = Case(op, "", dtype, shape_of(n), (), "general", seed, options)
         layouts = ("contiguous",) * len(OPS[op].operands(probe))
         case = Case(op, OPS[op].entries[0], dtype, shape_of(n), layouts, "general", seed, options)
