@@ -25,7 +25,7 @@ element (the inequality behind Higham & Mary's Theorem 2.4, for the worst distri
 errors bounded by u). Round-to-nearest errors have a variance of at most u^2 / 3, so by the
 variance form of the same inequality (Bernstein) the bound sits at 4 sqrt(3) = 6.9 standard
 deviations: about 1e-11 per element. benchmarks/tightness.py measures what honest orders use
-of it (at most a third, over every case it runs)."""
+of it (at most half for the sum-like ops, over every case it runs; 2026-12-05)."""
 
 
 SIXTEEN_BIT_CAP_ULPS = 32
