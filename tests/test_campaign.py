@@ -254,6 +254,27 @@ def test_ledger_keeps_one_finding_per_signature_across_runs(tmp_path: Path) -> N
     assert report["campaign"]["runs"][1]["resumed"] is True
 
 
+def test_a_flaky_finding_settles_the_kind_it_was_first_seen_with(tmp_path: Path) -> None:
+    """Issue 21: a cell stays live after a finding, so a flaky one (a mismatch that passed when
+    replayed) must account for its first-seen kind, in this run and after a resume: met again
+    as a mismatch it is the same finding (skipped by later turns), not a new one to shrink."""
+    space = load(_write(tmp_path / "s.toml", STRATEGIES))
+    first = Ledger(tmp_path, ["lib"], space, seed=1)
+    flaky = _finding(kind="flaky", first_kind="mismatch")
+    assert flaky.settles() == {flaky.signature(), _finding().signature()}
+    assert first.record(flaky)
+    assert first.known_signature(_finding().signature())  # its first kind: settled
+    assert not first.known_signature(_finding(kind="error").signature())
+    assert not first.record(_finding())  # met again as a mismatch: the same finding
+    first.finish()
+
+    second = Ledger(tmp_path, ["lib"], space, seed=1, resume=True)
+    assert second.known_signature(_finding().signature())  # first_kind survives the log
+    assert not second.record(_finding())
+    assert second.finding_status(flaky.signature()) == "still failing"
+    assert len(_lines(tmp_path / "findings.jsonl")) == 1
+
+
 def test_resume_imports_the_findings_of_an_older_report(tmp_path: Path) -> None:
     space = load(_write(tmp_path / "s.toml", STRATEGIES))
     old = {"target": "lib", "findings": [{**_finding().__dict__, "future_field": 1}]}
