@@ -24,7 +24,9 @@ from bi_props.campaigns.campaign import (
     FindingsLog,
     Ledger,
     derive_seed,
+    done_outcome,
     finding_from_dict,
+    live_outcome,
     round_seed,
     turn_seed,
 )
@@ -273,6 +275,21 @@ def test_a_flaky_finding_settles_the_kind_it_was_first_seen_with(tmp_path: Path)
     assert not second.record(_finding())
     assert second.finding_status(flaky.signature()) == "still failing"
     assert len(_lines(tmp_path / "findings.jsonl")) == 1
+
+
+def test_the_progress_line_says_whether_a_cell_with_a_finding_keeps_exploring(
+    tmp_path: Path,
+) -> None:
+    space = load(_write(tmp_path / "s.toml", STRATEGIES))
+    ledger = Ledger(tmp_path, ["lib"], space, seed=1)
+    assert live_outcome(ledger, 0, 0) == ""
+    ledger.record(_finding())
+    assert live_outcome(ledger, 0, 0) == " -> FINDING; the cell keeps exploring for other bugs"
+    ledger.record(_finding(kind="error", error_type="ValueError", status="known"))
+    assert live_outcome(ledger, 1, 0).startswith(" -> a known failure (recorded as known)")
+    why = "5 turns met only its known failure(s), nothing new"
+    assert done_outcome(ledger, 2, 0, why) == f" -> retired: {why}"
+    assert done_outcome(ledger, 1, 0, "a crash finding") == " -> FINDING; retired: a crash finding"
 
 
 def test_resume_imports_the_findings_of_an_older_report(tmp_path: Path) -> None:
