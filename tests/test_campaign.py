@@ -24,7 +24,9 @@ from bi_props.campaigns.campaign import (
     FindingsLog,
     Ledger,
     derive_seed,
+    done_outcome,
     finding_from_dict,
+    live_outcome,
     round_seed,
     turn_seed,
 )
@@ -252,6 +254,42 @@ def test_ledger_keeps_one_finding_per_signature_across_runs(tmp_path: Path) -> N
     report = _report(tmp_path)
     assert [r["first"] for r in report["rounds"]] == [0, 2]
     assert report["campaign"]["runs"][1]["resumed"] is True
+
+
+def test_a_flaky_finding_settles_the_kind_it_was_first_seen_with(tmp_path: Path) -> None:
+    """Issue 21: a cell stays live after a finding, so a flaky one (a mismatch that passed when
+    replayed) must account for its first-seen kind, in this run and after a resume: met again
+    as a mismatch it is the same finding (skipped by later turns), not a new one to shrink."""
+    space = load(_write(tmp_path / "s.toml", STRATEGIES))
+    first = Ledger(tmp_path, ["lib"], space, seed=1)
+    flaky = _finding(kind="flaky", first_kind="mismatch")
+    assert flaky.settles() == {flaky.signature(), _finding().signature()}
+    assert first.record(flaky)
+    assert first.known_signature(_finding().signature())  # its first kind: settled
+    assert not first.known_signature(_finding(kind="error").signature())
+    assert not first.record(_finding())  # met again as a mismatch: the same finding
+    first.finish()
+
+    second = Ledger(tmp_path, ["lib"], space, seed=1, resume=True)
+    assert second.known_signature(_finding().signature())  # first_kind survives the log
+    assert not second.record(_finding())
+    assert second.finding_status(flaky.signature()) == "still failing"
+    assert len(_lines(tmp_path / "findings.jsonl")) == 1
+
+
+def test_the_progress_line_says_whether_a_cell_with_a_finding_keeps_exploring(
+    tmp_path: Path,
+) -> None:
+    space = load(_write(tmp_path / "s.toml", STRATEGIES))
+    ledger = Ledger(tmp_path, ["lib"], space, seed=1)
+    assert live_outcome(ledger, 0, 0) == ""
+    ledger.record(_finding())
+    assert live_outcome(ledger, 0, 0) == " -> FINDING; the cell keeps exploring for other bugs"
+    ledger.record(_finding(kind="error", error_type="ValueError", status="known"))
+    assert live_outcome(ledger, 1, 0).startswith(" -> a known failure (recorded as known)")
+    why = "5 turns met only its known failure(s), nothing new"
+    assert done_outcome(ledger, 2, 0, why) == f" -> retired: {why}"
+    assert done_outcome(ledger, 1, 0, "a crash finding") == " -> FINDING; retired: a crash finding"
 
 
 def test_resume_imports_the_findings_of_an_older_report(tmp_path: Path) -> None:

@@ -12,7 +12,14 @@ from dataclasses import dataclass, field
 import pytest
 from hypothesis import strategies as st
 
-from bi_props.campaigns.fuzz import Cell, Interrupted, run_slice
+from bi_props.campaigns.fuzz import (
+    KNOWN_ONLY_TURNS,
+    Cell,
+    Interrupted,
+    retires,
+    run_slice,
+    settle_turn,
+)
 from bi_props.campaigns.session import Failure, PropertyFailed, case_size, is_final_replay
 from bi_props.model.case import Case
 
@@ -58,7 +65,7 @@ def test_without_an_end_the_slice_shrinks_to_the_minimal_case() -> None:
     session = FakeSession()
     cell = Cell("mm", "reference", "enabled")
     run_slice(session, cell, 200, None, seed=3)
-    assert cell.done
+    assert not cell.done and cell.findings == 1  # a mismatch: the cell explores for other bugs
     [(failure, shrink, confirm)] = session.finalized
     assert (failure.case.shape, shrink, confirm) == ((20, 0, 2), "complete", True)
     assert session.final_replays == 1
@@ -68,7 +75,7 @@ def test_past_its_end_the_slice_records_the_smallest_failing_case_seen() -> None
     session = FakeSession()
     cell = Cell("mm", "reference", "enabled")
     run_slice(session, cell, 200, None, seed=3, stop_at=time.monotonic())
-    assert cell.done
+    assert not cell.done and cell.findings == 1
     [(failure, shrink, confirm)] = session.finalized
     assert shrink.startswith("stopped at the end of the budget")
     assert confirm  # confirmed in a fresh process like any finding
@@ -116,3 +123,56 @@ def test_an_interrupt_before_any_failure_records_nothing() -> None:
 def test_case_size_orders_by_elements_then_extents() -> None:
     assert case_size(mm_case(20, 0)) < case_size(mm_case(20, 1)) < case_size(mm_case(21, 1))
     assert case_size(mm_case(1, 64)) < case_size(mm_case(2, 64))
+
+
+def _failure(kind: str, error_type: str | None = None) -> Failure:
+    return Failure("mm", "reference", "enabled", mm_case(1, 1), kind, "x", error_type)
+
+
+def test_a_new_finding_keeps_the_cell_exploring_unless_its_kind_is_costly() -> None:
+    """Issue 21 (every distinct bug in a cell): a mismatch or an error keeps the cell live;
+    a crash, a hang, bi_props' own error or a worker that does not start retire it, since
+    every later example meeting them again costs a worker or a whole timeout."""
+    cell = Cell("mm", "reference", "enabled")
+    settle_turn(cell, [_failure("mismatch")], met_known=False)
+    assert not cell.done and cell.findings == 1 and cell.found_new
+    settle_turn(cell, [_failure("error", "ValueError")], met_known=True)
+    assert not cell.done and cell.findings == 2
+    for kind, error_type in [
+        ("crash", "WorkerCrash"),
+        ("timeout", "WorkerHang"),
+        ("internal", "KeyError"),
+        ("error", "WorkerStartFailure"),
+    ]:
+        assert retires(_failure(kind, error_type)), kind
+        costly = Cell("mm", "reference", "enabled")
+        settle_turn(costly, [_failure("mismatch"), _failure(kind, error_type)], met_known=False)
+        assert costly.done and kind in costly.retired_why, (kind, costly)
+    assert not retires(_failure("flaky")) and not retires(_failure("promise"))
+
+
+def test_a_cell_meeting_only_its_known_bugs_retires_after_a_bounded_number_of_turns() -> None:
+    """A cell that keeps failing with a known signature (skipped: no shrink) retires after
+    KNOWN_ONLY_TURNS turns that found nothing new; turns that met no failure do not count, and
+    a new distinct finding starts the count again."""
+    cell = Cell("mm", "reference", "enabled")
+    settle_turn(cell, [_failure("mismatch")], met_known=False)
+    for _ in range(KNOWN_ONLY_TURNS - 1):
+        settle_turn(cell, [], met_known=True)
+        settle_turn(cell, [], met_known=False)  # a clean turn: not counted
+    assert not cell.done and cell.known_only_turns == KNOWN_ONLY_TURNS - 1
+    settle_turn(cell, [_failure("error", "ValueError")], met_known=True)  # new: count again
+    assert cell.known_only_turns == 0 and not cell.done
+    for _ in range(KNOWN_ONLY_TURNS):
+        assert not cell.done
+        settle_turn(cell, [], met_known=True)
+    assert cell.done and not cell.found_new
+    assert (
+        cell.retired_why == f"{KNOWN_ONLY_TURNS} turns met only its known failure(s), nothing new"
+    )
+
+
+def test_a_search_that_failed_outside_any_example_retires_the_cell() -> None:
+    cell = Cell("mm", "reference", "enabled")
+    settle_turn(cell, [], met_known=False, broken=True)
+    assert cell.done and "error of bi_props" in cell.retired_why

@@ -11,7 +11,7 @@ import time
 
 from hypothesis import strategies as st
 
-from bi_props.campaigns.fuzz import Cell, run_slice
+from bi_props.campaigns.fuzz import KNOWN_ONLY_TURNS, Cell, run_slice
 from bi_props.campaigns.session import Failure, Session
 from bi_props.model.case import Case
 from bi_props.model.known import KnownFailure
@@ -54,13 +54,22 @@ def test_a_failure_that_does_not_replay_is_a_flaky_finding() -> None:
     session = session_judged_by(judge)
     cell = Cell("mm", "reference", "enabled")
     run_slice(session, cell, 50, None, seed=1)
-    assert cell.done
+    assert not cell.done  # a flaky mismatch: the cell keeps exploring for other bugs
     [finding] = session.findings
     assert finding.kind == "flaky", finding
     assert "failed (mismatch)" in finding.message and "bits differ" in finding.message
     assert "replay of the same case in the same worker: passed" in finding.message
     # The fresh worker saw the first observation again: the same property and the first kind.
     assert finding.reproduced_in_fresh_process is True
+    assert finding.first_kind == "mismatch"
+    # Later turns meet the same nondeterminism (first seen: a mismatch) as settled by the flaky
+    # finding: skipped, never shrunk or recorded again, and the cell retires after
+    # KNOWN_ONLY_TURNS such turns.
+    for turn in range(2, 2 + KNOWN_ONLY_TURNS):
+        run_slice(session, cell, 10, None, seed=turn)
+    assert [f.kind for f in session.findings] == ["flaky"], session.findings
+    assert session.skipped_known[("mm", "reference", "enabled")] >= KNOWN_ONLY_TURNS
+    assert cell.done and "met only its known failure" in cell.retired_why, cell
 
 
 def test_a_case_that_fails_differently_on_replay_is_no_flaky_finding() -> None:
@@ -199,7 +208,8 @@ def test_a_known_failure_does_not_stop_the_cell_from_finding_a_new_one() -> None
             break
     kinds = {f.kind: f.status for f in session.findings}
     assert kinds == {"mismatch": "known", "error": "new"}, session.findings
-    assert cell.done  # retired by the new finding only
+    # an error keeps the cell exploring; it retired once its turns met only known failures
+    assert cell.done and "met only its known failure" in cell.retired_why, cell
     [new] = [f for f in session.findings if f.kind == "error"]
     assert new.case == repr(mm_case(1, 30))
 
@@ -219,6 +229,44 @@ def test_a_cell_with_only_a_known_failure_stays_live() -> None:
     assert not cell.done
     assert len(session.findings) == 1
     assert session.skipped_known[("mm", "reference", "enabled")] >= 1
+
+
+def test_a_cell_with_two_bugs_of_different_kinds_reports_both_each_shrunk() -> None:
+    """Issue 21, like Hypothesis' report_multiple_bugs: after the cell's first finding its later
+    turns skip that signature and keep exploring, so a second, different bug of the same cell
+    (here: wrong values for K == 3, an exception for M > 50) is found and shrunk too. Before,
+    the first finding retired the cell and the second stayed hidden."""
+
+    def judge(case: Case, fresh: bool) -> Verdict:
+        m, k = case.shape[0], case.shape[1]
+        if m > 50:
+            return Verdict(
+                False, "the op raised ValueError: tile out of range", "error", "ValueError"
+            )
+        if k == 3:
+            return Verdict(False, "bits differ", "mismatch")
+        return Verdict(True)
+
+    session = session_judged_by(judge)
+    session.strategy = lambda op, prop: st.builds(mm_case, st.integers(1, 64), st.integers(0, 8))
+    cell = Cell("mm", "reference", "enabled")
+    turns = 0
+    while not cell.done and turns < 30 and len(session.findings) < 2:
+        run_slice(session, cell, 10, None, seed=turns)
+        turns += 1
+    found = {f.kind: f for f in session.findings}
+    assert sorted(found) == ["error", "mismatch"], session.findings
+    assert found["mismatch"].case == repr(mm_case(1, 3)), found["mismatch"]
+    assert found["error"].case == repr(mm_case(51, 0)), found["error"]
+    assert all(f.shrink == "complete" and f.status == "new" for f in found.values())
+    assert not cell.done and cell.findings == 2
+    # Later turns meet both only as settled signatures: skipped, the cell retires boundedly.
+    for turn in range(turns, turns + 30):
+        if cell.done:
+            break
+        run_slice(session, cell, 10, None, seed=turn)
+    assert cell.done and "met only its known failure" in cell.retired_why, cell
+    assert len(session.findings) == 2
 
 
 def _confirm(fresh_result) -> tuple:
@@ -334,7 +382,7 @@ def test_a_kernel_right_only_when_replayed_is_a_flaky_finding(monkeypatch) -> No
         run_slice(session, cell, 10, None, seed=1)
     finally:
         session.close()
-    assert cell.done
+    assert not cell.done  # a flaky finding keeps the cell exploring (its first kind settled)
     [finding] = session.findings
     assert (finding.op, finding.property, finding.switch) == ("mm", "reference", "enabled")
     assert finding.kind == "flaky", finding.message
@@ -396,7 +444,7 @@ def test_one_failure_class_is_shrunk_and_confirmed_once_across_properties() -> N
     session = session_judged_by(judge)
     first = Cell("mm", "reference", "enabled")
     run_slice(session, first, 50, None, seed=1)
-    assert len(fresh_runs) == 1 and first.done
+    assert len(fresh_runs) == 1 and not first.done  # an error: the cell explores on
     other = Cell("mm", "determinism", "enabled")
 
     def judge_other(case: Case, fresh: bool) -> Verdict:
@@ -414,7 +462,7 @@ def test_one_failure_class_is_shrunk_and_confirmed_once_across_properties() -> N
         case, fresh
     )
     ran = run_slice(session, other, 50, None, seed=2)
-    assert ran == 1 and other.done, ran  # no shrink: recorded at its first failing example
+    assert ran == 1 and not other.done, ran  # no shrink: recorded at its first failing example
     assert len(fresh_runs) == 1, fresh_runs  # no second fresh-process confirmation
     first_finding, second = session.findings
     assert second.property == "determinism" and second.kind == "error"

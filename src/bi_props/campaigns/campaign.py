@@ -125,13 +125,27 @@ def finding_from_dict(data: dict[str, Any]) -> Finding:
     return Finding(**{k: data[k] for k in _FINDING_FIELDS if k in data})
 
 
-def done_outcome(ledger: Ledger, new_before: int, reseen_before: int) -> str:
-    """The progress line's end for a cell that is done: what its last turn found."""
+def done_outcome(ledger: Ledger, new_before: int, reseen_before: int, why: str = "") -> str:
+    """The progress line's end for a cell that is done: what its last turn found, and why the
+    cell retired (``Cell.retired_why``)."""
+    because = f"; retired: {why}" if why else ""
     if len(ledger.new) > new_before:
-        return " -> FINDING"
+        return " -> FINDING" + because
     if len(ledger.reseen) > reseen_before:
-        return " -> still failing (known from a previous run)"
-    return " -> retired"
+        return " -> still failing (known from a previous run)" + because
+    return " -> retired" + (f": {why}" if why else "")
+
+
+def live_outcome(ledger: Ledger, new_before: int, reseen_before: int) -> str:
+    """The progress line's end for a cell that stays live after its turn."""
+    if len(ledger.new) > new_before:
+        added = ledger.findings[len(ledger.findings) - (len(ledger.new) - new_before) :]
+        if all(f.status == "known" for f in added):
+            return " -> a known failure (recorded as known); the cell keeps exploring"
+        return " -> FINDING; the cell keeps exploring for other bugs"
+    if len(ledger.reseen) > reseen_before:
+        return " -> still failing (known from a previous run); the cell keeps exploring"
+    return ""
 
 
 def _now() -> str:
@@ -195,7 +209,8 @@ class CellStats:
     examples_this_run: int = 0
     turns: int = 0
     seconds: float = 0.0
-    retired: bool = False  # this run: a finding (new or known) retired the cell
+    retired: bool = False  # this run: the cell retired (fuzz.settle_turn's rule)
+    retired_why: str = ""  # why, in words ("" while live)
 
 
 TargetSource = Callable[[], dict[str, Any]]
@@ -233,6 +248,8 @@ class Ledger:
         self.sources: dict[str, TargetSource] = {}
         self.findings: list[Finding] = []
         self._signatures: set[tuple] = set()
+        # signature -> that of the finding accounting for it (Finding.settles)
+        self._settled: dict[tuple, tuple] = {}
         self.previous: set[tuple] = set()
         self.new: set[tuple] = set()
         self.reseen: set[tuple] = set()
@@ -277,6 +294,7 @@ class Ledger:
         for finding in previous:
             if finding.signature() not in self._signatures:
                 self._signatures.add(finding.signature())
+                self._settle(finding)
                 self.previous.add(finding.signature())
                 self.findings.append(finding)
         state = self._read_state()
@@ -349,18 +367,26 @@ class Ledger:
         """Keep a finding once per signature; True when it is new to the campaign. New findings
         are on disk (findings.jsonl, fsync'ed) before this returns."""
         signature = finding.signature()
-        if signature in self._signatures:
-            if signature in self.previous:
-                self.reseen.add(signature)
+        if signature in self._settled:  # its own, or met again as a flaky finding's first kind
+            owner = self._settled[signature]
+            if owner in self.previous:
+                self.reseen.add(owner)
             return False
         self._signatures.add(signature)
+        self._settle(finding)
         self.new.add(signature)
         self.findings.append(finding)
         self.findings_log.append(finding)
         return True
 
+    def _settle(self, finding: Finding) -> None:
+        for signature in finding.settles():
+            self._settled.setdefault(signature, finding.signature())
+
     def known_signature(self, signature: tuple) -> bool:
-        return signature in self._signatures
+        """Whether a finding of the campaign accounts for this full signature (its own, or a
+        flaky finding's first-seen kind: ``Finding.settles``)."""
+        return signature in self._settled
 
     # -- rounds and cells ----------------------------------------------------------------------
 
@@ -389,12 +415,15 @@ class Ledger:
             self.cells[key] = CellStats(target, op, prop, switch)
         return self.cells[key]
 
-    def turn_done(self, stats: CellStats, examples: int, seconds: float, retired: bool) -> None:
+    def turn_done(
+        self, stats: CellStats, examples: int, seconds: float, retired: bool, why: str = ""
+    ) -> None:
         stats.examples += examples
         stats.examples_this_run += examples
         stats.turns += 1
         stats.seconds += seconds
-        stats.retired = stats.retired or retired
+        if retired and not stats.retired:
+            stats.retired, stats.retired_why = True, why
 
     def turn(
         self,
@@ -907,17 +936,14 @@ class Campaign:
         state.session.flush_examples()  # each turn's coverage on disk (a kill loses little)
         state.seconds += seconds
         cell.examples += ran
-        ledger.turn_done(stats, ran, seconds, cell.done)
+        ledger.turn_done(stats, ran, seconds, cell.done, cell.retired_why)
         shrink_s = cell.shrink_s - shrink_before
         ledger.turn("cell", target, cell.name, ran, seconds, shrink_s, turn_end - started)
         new = schedule.done(item, seconds, ran, lines, finished=cell.done, shrink_s=shrink_s)
-        outcome = ""
         if cell.done:
-            outcome = done_outcome(ledger, new_before, reseen_before)
-        elif len(ledger.reseen) > reseen_before:
-            outcome = " -> still failing (known from a previous run); the cell keeps exploring"
-        elif len(ledger.new) > new_before:
-            outcome = " -> a known failure (recorded as known); the cell keeps exploring"
+            outcome = done_outcome(ledger, new_before, reseen_before, cell.retired_why)
+        else:
+            outcome = live_outcome(ledger, new_before, reseen_before)
         ledger.progress(
             f"round {state.round} | {target} | {cell.name}: {cell.examples} examples, "
             f"{new:.0f} new behaviours{outcome}",

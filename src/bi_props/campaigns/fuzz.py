@@ -3,8 +3,10 @@
 A cell is (op, property, switch state); a slice runs up to ``SLICE_EXAMPLES`` examples of it as one
 Hypothesis run with its own seed and the campaign's example database (stable key per cell, so past
 failures replay first). A failing slice is shrunk, confirmed in a fresh worker and recorded by the
-session, and retires the cell, unless its signature was settled (a known failure): then the cell
-keeps exploring. campaign.py (local) and ray_runner.py (Ray actors) drive them.
+session; the cell then keeps exploring for *other* bugs (each further distinct signature is shrunk
+and recorded too, as Hypothesis' ``report_multiple_bugs`` does), its settled signatures skipped,
+until ``settle_turn``'s rule retires it. campaign.py (local) and ray_runner.py (Ray actors) drive
+them.
 """
 
 from __future__ import annotations
@@ -36,6 +38,14 @@ from .session import (
 )
 
 SLICE_EXAMPLES = 10
+RETIRING_KINDS = frozenset({"crash", "timeout", INTERNAL})
+"""Kinds whose new finding still retires its cell: every later example that met it again would
+cost a worker replacement (crash) or a whole example timeout (hang), and an ``internal`` finding
+is bi_props' own failure. A worker that does not start (``WorkerStartFailure``) retires it too."""
+KNOWN_ONLY_TURNS = 5
+"""A cell retires after this many turns that met only settled signatures (its known bugs) and
+found no new one: a cell that keeps failing with a known bug does not keep its share of the
+budget for ever. Turns that met no failure at all do not count."""
 
 
 @dataclass
@@ -47,6 +57,10 @@ class Cell:
     done: bool = False
     turns: int = 0  # slices run in this process (the first replays the example database)
     shrink_s: float = 0.0  # seconds this run spent after a slice's first failure (shrinking)
+    findings: int = 0  # new signatures this cell recorded in this process
+    known_only_turns: int = 0  # turns that met only settled signatures (``KNOWN_ONLY_TURNS``)
+    found_new: bool = False  # the last slice recorded a new signature (Ray retires on it)
+    retired_why: str = ""  # why ``done`` was set, in words (report.json's cells)
 
     @property
     def name(self) -> str:
@@ -83,6 +97,40 @@ def _on_sigterm(signum, frame):  # pragma: no cover - exercised through a subpro
     raise Interrupted()
 
 
+def retires(failure: Failure) -> bool:
+    """Whether a new finding of this failure retires its cell (``RETIRING_KINDS``)."""
+    return failure.kind in RETIRING_KINDS or failure.error_type == "WorkerStartFailure"
+
+
+def settle_turn(cell: Cell, new: list[Failure], met_known: bool, broken: bool = False) -> None:
+    """The cell's fate after one slice. ``new``: the failures of signatures not settled before
+    the slice (each now recorded); ``met_known``: the slice met a settled signature (skipped, or
+    replayed from the database); ``broken``: the search itself failed (bi_props' error outside
+    any example). A new finding keeps the cell exploring for other bugs unless its kind retires
+    it (``retires``); a slice that met only known failures counts toward ``KNOWN_ONLY_TURNS``."""
+    cell.found_new = bool(new)
+    if cell.done:  # retired already (a driver may run one more slice): the reason stands
+        return
+    if broken:
+        cell.done, cell.retired_why = True, "the search stopped: an error of bi_props"
+        return
+    if new:
+        cell.findings += len(new)
+        cell.known_only_turns = 0
+        costly = sorted({f.kind for f in new if retires(f)})
+        if costly:
+            cell.done = True
+            cell.retired_why = f"a {' and '.join(costly)} finding (each further one is costly)"
+        return
+    if met_known:
+        cell.known_only_turns += 1
+        if cell.known_only_turns >= KNOWN_ONLY_TURNS:
+            cell.done = True
+            cell.retired_why = (
+                f"{cell.known_only_turns} turns met only its known failure(s), nothing new"
+            )
+
+
 def database_key(target: str, op: str, prop: str, switch: str) -> bytes:
     """The example-database key of one cell (stable across bi_props versions and processes)."""
     return f"bi_props:fuzz:{target}:{op}:{prop}:{switch}".encode()
@@ -101,9 +149,9 @@ def run_slice(
     """Run up to ``examples`` examples of one cell; return how many ran. Every failure becomes a
     finding: recorded by the session on Hypothesis' final replay; a failure that did not happen
     again on replay is a finding of kind ``flaky`` (both observations in its message); an error
-    of bi_props itself is a finding of kind ``internal``. A new finding retires the cell for the
-    run; a failure whose signature is settled (a known failure, or one already recorded) does
-    not: later turns skip that signature and keep exploring the cell.
+    of bi_props itself is a finding of kind ``internal``. A failure whose signature is settled
+    (a known failure, or one already recorded) is skipped by later turns, which keep exploring
+    the cell for other signatures; ``settle_turn`` says when the cell retires.
 
     ``stop_at`` (``time.monotonic()``) bounds shrinking: once a failure was seen, an example that
     would start after it ends the slice, and each failure is recorded with the smallest failing
@@ -132,6 +180,9 @@ def run_slice(
     cell.turns += 1
     is_settled = getattr(session, "settled", lambda signature: False)
     same_failure = getattr(session, "same_failure", lambda failure: None)
+    skipped = getattr(session, "skipped_known", {})
+    skipped_before = skipped.get((cell.op, cell.prop, cell.switch), 0)
+    broken = False  # the search failed outside any example (bi_props' own error)
 
     @settings(
         max_examples=examples,
@@ -209,7 +260,6 @@ def run_slice(
         for failure in smallest.values():
             if not session.recorded(failure):
                 session.finalize(failure)
-        cell.done = not all(settled.values())
     except BudgetSpent:
         spent = time.monotonic() - started
         for failure in smallest.values():
@@ -218,7 +268,6 @@ def run_slice(
                 shrink=f"stopped {stop_why} after {spent:.0f} s of this cell: "
                 "the smallest failing case seen, not necessarily minimal",
             )
-        cell.done = not all(settled.values())
     except (KeyboardInterrupt, Interrupted):
         for failure in smallest.values():
             session.finalize(
@@ -249,11 +298,15 @@ def run_slice(
                 )
         if not smallest:  # an error outside any example: bi_props' own, never a silent retire
             session.internal(f"{cell.name}: the search stopped: {internal_message(exc)}")
-        cell.done = not smallest or not all(settled.values())
+        broken = not smallest
     finally:
         session.skip_settled = False
         if first_failure:
             cell.shrink_s += time.monotonic() - first_failure[0]
+    new = [failure for signature, failure in smallest.items() if not settled[signature]]
+    skipped_now = skipped.get((cell.op, cell.prop, cell.switch), 0) > skipped_before
+    met_known = skipped_now or any(settled.values())
+    settle_turn(cell, new, met_known, broken)
     return count
 
 

@@ -232,9 +232,12 @@ class ShardActor:
                     break
                 seed = turn_seed(shard.round_seed or 0, shard.op, shard.prop, shard.switch, turn)
                 ran += run_slice(session, cell, SLICE_EXAMPLES, self.database, seed, deadline)
-                if cell.done:
+                if cell.done or cell.found_new:
                     break
-            result["done"] = cell.done
+            # A shard's Cell is new on each actor, and an actor knows only its own findings:
+            # a Ray cell still retires at its first new finding (the local campaign's cells
+            # keep exploring for other bugs; fuzz.settle_turn).
+            result["done"] = cell.done or cell.found_new
         session.flush_examples()
         coverage, session.outbox = session.outbox or [], []
         new = db_entries(self.db_dir, skip=self.sent)

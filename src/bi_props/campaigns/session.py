@@ -104,9 +104,20 @@ class Finding:
     # reference findings: ulps at the element nearest its bound (observed, allowed there).
     ulps_observed: int | None = None
     ulps_allowed: float | None = None
+    # A ``flaky`` finding: the kind its first run failed with (a mismatch, a timeout, ...).
+    first_kind: str | None = None
 
     def signature(self) -> tuple:
         return (self.target, self.op, self.property, self.switch, self.kind, self.error_type)
+
+    def settles(self) -> set[tuple]:
+        """The signatures this finding accounts for: its own, and a flaky finding's first-seen
+        one (that failure met again is this finding, not a new one to shrink every turn)."""
+        settled = {self.signature()}
+        if self.first_kind and self.first_kind != self.kind:
+            target, op, prop, switch, _, error_type = self.signature()
+            settled.add((target, op, prop, switch, self.first_kind, error_type))
+        return settled
 
 
 @dataclass(frozen=True)
@@ -496,7 +507,7 @@ class Session:
         known-failures file, or already recorded by this session?"""
         full = (self.target, *signature)
         return any(k.matches(full) for k in self.known) or any(
-            f.signature() == full for f in self.findings
+            full in f.settles() for f in self.findings
         )
 
     def _skip_settled(self, failure: Failure) -> bool:
@@ -573,6 +584,7 @@ class Session:
             shrink=shrink,
             confirmation=confirmation,
             **reference_ulps(failure.message),
+            first_kind=confirm_kind if confirm_kind not in (None, failure.kind) else None,
         )
         if finding.kind == INTERNAL:
             self.status = STATUS_INTERNAL
@@ -685,9 +697,10 @@ class Session:
         return None
 
     def recorded(self, failure: Failure) -> bool:
-        """Whether a finding with this failure's full signature is recorded already."""
+        """Whether a finding accounting for this failure's full signature (``Finding.settles``)
+        is recorded already."""
         full = (self.target, *failure.signature())
-        return any(f.signature() == full for f in self.findings)
+        return any(full in f.settles() for f in self.findings)
 
     def record(self, finding: Finding) -> None:
         """Keep the finding and write the report at once: nothing a long run found is lost."""
