@@ -1,0 +1,127 @@
+"""The engine-scenario properties: what a scenario's needle must equal, judged bitwise.
+
+Each property maps a scenario to the scenario its needle is compared against (its *desired*
+twin), or to None where the property says nothing about that scenario (prefix caching off: no
+hot-vs-cold question). ``judge`` then compares the needle's generated tokens and the float32 bit
+patterns of their logprobs in the two results. Pure: the caller replays both scenarios on an
+engine (``Replay``) and hands the results in.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .scenario import RequestResult, Scenario, ScenarioResult
+
+Replay = Callable[[Scenario], ScenarioResult]
+"""An engine: replays a scenario (on a fresh prefix cache) and returns what it produced."""
+
+
+def _alone(s: Scenario) -> Scenario | None:
+    twin = s.alone()
+    return None if twin == s else twin
+
+
+def _cold(s: Scenario) -> Scenario | None:
+    return s.with_config(prefix_caching=False) if s.config.prefix_caching else None
+
+
+def _unchunked(s: Scenario) -> Scenario | None:
+    return s.with_config(chunk_budget=None) if s.config.chunk_budget is not None else None
+
+
+def _roomy(s: Scenario) -> Scenario | None:
+    return s.with_config(kv_blocks=None) if s.config.kv_blocks is not None else None
+
+
+@dataclass(frozen=True)
+class ScenarioProperty:
+    name: str
+    claim: str
+    twin: Callable[[Scenario], Scenario | None]
+
+
+PROPERTIES: dict[str, ScenarioProperty] = {
+    p.name: p
+    for p in (
+        ScenarioProperty(
+            "alone",
+            "the needle's tokens and logprobs in the scenario equal the needle alone on a plain "
+            "engine (a seeded needle: the same sample)",
+            _alone,
+        ),
+        ScenarioProperty(
+            "prefix_cache",
+            "prefix cache hot (the scenario, prefix caching on) equals cold (caching off)",
+            _cold,
+        ),
+        ScenarioProperty(
+            "chunked", "chunked prefill equals the same scenario unchunked", _unchunked
+        ),
+        ScenarioProperty(
+            "preemption",
+            "a KV pool small enough to preempt equals a pool that never runs out",
+            _roomy,
+        ),
+    )
+}
+
+
+def float_bits(value: float) -> int:
+    """The float32 bit pattern of a logprob (vLLM hands float32 logprobs over as Python floats,
+    so the round trip is exact)."""
+    return struct.unpack("<I", struct.pack("<f", value))[0]
+
+
+def bits_float(bits: int) -> float:
+    return struct.unpack("<f", struct.pack("<I", bits))[0]
+
+
+def compare(actual: RequestResult, desired: RequestResult) -> str | None:
+    """None when the two outputs are bitwise equal, else where and how they first differ."""
+    for i, (a, d) in enumerate(zip(actual.tokens, desired.tokens, strict=False)):
+        if a != d:
+            return f"generated token {i} differs: {a} (actual) vs {d} (desired)"
+    if len(actual.tokens) != len(desired.tokens):
+        return f"{len(actual.tokens)} tokens generated (actual) vs {len(desired.tokens)} (desired)"
+    for i, (a, d) in enumerate(zip(actual.logprob_bits, desired.logprob_bits, strict=False)):
+        if a != d:
+            return (
+                f"logprob of generated token {i} ({actual.tokens[i]}) differs: "
+                f"{bits_float(a)!r} (0x{a:08x}, actual) vs {bits_float(d)!r} (0x{d:08x}, desired)"
+            )
+    if len(actual.logprob_bits) != len(desired.logprob_bits):
+        return f"{len(actual.logprob_bits)} logprobs vs {len(desired.logprob_bits)}"
+    return None
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A property's judgement of one scenario: ``message`` None means it held."""
+
+    prop: str
+    scenario: Scenario
+    twin: Scenario
+    message: str | None
+    actual: ScenarioResult
+    desired: ScenarioResult
+
+    @property
+    def held(self) -> bool:
+        return self.message is None
+
+
+def judge(prop: str, scenario: Scenario, replay: Replay) -> Verdict | None:
+    """Replay the scenario and its twin and compare the needle; None: not applicable."""
+    spec = PROPERTIES[prop]
+    twin = spec.twin(scenario)
+    if twin is None:
+        return None
+    actual = replay(scenario)
+    desired = replay(twin)
+    # The twin keeps the needle's index (config changes) or makes it the only request (alone).
+    twin_needle = twin.needle
+    message = compare(actual.requests[scenario.needle], desired.requests[twin_needle])
+    return Verdict(prop, scenario, twin, message, actual, desired)
