@@ -28,9 +28,21 @@ def _hash(*parts: object) -> int:
     return int.from_bytes(hashlib.blake2b(repr(parts).encode(), digest_size=8).digest(), "little")
 
 
+def _bits(context: tuple[int, ...], token: int) -> int:
+    """The "logprob" of ``token`` after ``context``: a negative float32's bit pattern."""
+    return 0xC0000000 | (_hash(tuple(context), token) & 0x3FFFFF)
+
+
 class FakeEngine:
     def __init__(self) -> None:
         self.replays = 0
+
+    @staticmethod
+    def _prompt_bits(request) -> tuple[int, ...]:
+        if not request.prompt_logprobs:
+            return ()
+        p = request.prompt
+        return tuple(_bits(p[:i], p[i]) for i in range(1, len(p)))
 
     def __call__(self, scenario: Scenario) -> ScenarioResult:
         self.replays += 1
@@ -85,13 +97,18 @@ class FakeEngine:
                 context = (*request.prompt, *generated[i])
                 token = _hash(context, request.seed if not request.greedy else None) % VOCAB
                 generated[i].append(token)
-                bits[i].append(0xC0000000 | (_hash(context, token) & 0x3FFFFF))  # a negative float
+                bits[i].append(_bits(context, token))
                 if len(generated[i]) == request.max_tokens:
                     running.remove(i)
             timeline.append(tuple(entries))
             step += 1
         results = tuple(
-            RequestResult(tuple(generated[i]), tuple(bits[i]), cached_tokens=cached[i])
+            RequestResult(
+                tuple(generated[i]),
+                tuple(bits[i]),
+                cached_tokens=cached[i],
+                prompt_logprob_bits=self._prompt_bits(scenario.requests[i]),
+            )
             for i in range(n)
         )
         return ScenarioResult(results, tuple(timeline))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import pickle
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -132,6 +133,27 @@ def test_timeline_renders_steps_preemptions_and_hits():
     )
 
 
+def test_observed_names_what_the_engine_did():
+    quiet = ScenarioResult(
+        (RequestResult((1,), (0,)),), ((Scheduled(0, "prefill", 4),), (Scheduled(0, "decode", 1),))
+    )
+    assert quiet.observed() == ()
+    busy = ScenarioResult(
+        (RequestResult((1,), (0,), cached_tokens=32), RequestResult((2,), (0,), preempted=1)),
+        (
+            (Scheduled(0, "prefill", 16),),
+            (Scheduled(0, "prefill", 8), Scheduled(1, "prefill", 8)),
+            (Scheduled(0, "decode", 1), Scheduled(1, "recompute", 9)),
+        ),
+    )
+    assert busy.observed() == (
+        "prefix-cache hit",
+        "preemption",
+        "chunked prefill",
+        "prefill beside decode",
+    )
+
+
 # ---------------------------------------------------------------------------------------------
 # The [scenarios] table
 
@@ -144,7 +166,7 @@ def test_scenario_table_parses_and_defaults():
                 "max_requests": 2,
                 "prompt_tokens": {"min": 2, "max": 40},
                 "chunk_budgets": [32, 16, 16],
-                "kv_blocks": [2],
+                "kv_blocks": [3],
                 "seeded": False,
             }
         },
@@ -152,7 +174,7 @@ def test_scenario_table_parses_and_defaults():
         "x",
     ).scenarios
     assert (space.max_requests, space.prompt_min, space.prompt_max) == (2, 2, 40)
-    assert space.chunk_budgets == (16, 32) and space.kv_blocks == (2,) and not space.seeded
+    assert space.chunk_budgets == (16, 32) and space.kv_blocks == (3,) and not space.seeded
 
 
 @pytest.mark.parametrize(
@@ -160,7 +182,7 @@ def test_scenario_table_parses_and_defaults():
     [
         ({"max_request": 2}, "scenarios.max_request", "unknown key"),
         ({"max_requests": 0}, "scenarios.max_requests", "out of range"),
-        ({"kv_blocks": [1]}, "scenarios.kv_blocks", "cannot hold one request"),
+        ({"kv_blocks": [2]}, "scenarios.kv_blocks", "cannot hold one request"),
         ({"shared_blocks": 3}, "scenarios.shared_blocks", "exceed the longest prompt"),
         ({"chunk_budgets": []}, "scenarios.chunk_budgets", "sizes >= 1"),
         ({"prompt_tokens": {"min": 0, "max": 4}}, "scenarios.prompt_tokens", "1 <= min"),
@@ -222,7 +244,7 @@ def test_compare_is_bitwise_and_says_where():
 def test_properties_apply_only_where_their_feature_is_on():
     plain = Scenario((Request((4, 5)),))
     fake = FakeEngine()
-    for prop in PROPERTIES:
+    for prop in set(PROPERTIES) - {"decode_vs_prefill"}:
         assert judge(prop, plain, fake) is None  # nothing to compare a plain lone needle with
     full = Scenario(
         (Request((4, 5)), Request((4, 6))),
@@ -231,6 +253,27 @@ def test_properties_apply_only_where_their_feature_is_on():
     for prop in PROPERTIES:
         verdict = judge(prop, full, fake)
         assert verdict is not None and verdict.held, (prop, verdict)
+
+
+def test_decode_vs_prefill_compares_generated_logprobs_with_prompt_logprobs():
+    scenario = Scenario((Request((4, 5, 6), max_tokens=3),))
+    fake = FakeEngine()
+    verdict = judge("decode_vs_prefill", scenario, fake)
+    generated = verdict.actual.requests[0].tokens
+    assert verdict.twin == Scenario((Request((4, 5, 6, *generated), prompt_logprobs=True),))
+    assert len(verdict.desired.requests[0].prompt_logprob_bits) == 5
+    assert verdict.held
+
+    def off_by_one_in_prefill(s):
+        result = fake(s)
+        if not s.needle_request.prompt_logprobs:
+            return result
+        (r,) = result.requests
+        bits = (*r.prompt_logprob_bits[:-1], r.prompt_logprob_bits[-1] ^ 1)
+        return replace(result, requests=(replace(r, prompt_logprob_bits=bits),))
+
+    verdict = judge("decode_vs_prefill", scenario, off_by_one_in_prefill)
+    assert "logprob of generated token 2" in verdict.message
 
 
 # ---------------------------------------------------------------------------------------------

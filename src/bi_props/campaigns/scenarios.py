@@ -80,7 +80,7 @@ class _Memo:
 
 
 def _finding(prop: str, scenario: Scenario, verdict: Verdict | None, error: str | None):
-    twin = PROPERTIES[prop].twin(scenario)
+    twin = verdict.twin if verdict else PROPERTIES[prop].twin(scenario)
     return ScenarioFinding(
         prop=prop,
         kind="error" if error else "mismatch",

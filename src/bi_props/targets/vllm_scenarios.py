@@ -14,7 +14,14 @@ and the timeline: per step, which requests the scheduler ran, prefill or decode,
 (read from the scheduler's own ``SchedulerOutput``).
 
 Every replay starts on an empty prefix cache (``reset_prefix_cache``), so a scenario's result does
-not depend on what ran before it. The switch (``VLLM_BATCH_INVARIANT``) is whatever this process'
+not depend on what ran before it. Engines are kept for the driver's life (a space's configuration
+lists bound how many). When vLLM raises mid-replay, the driver aborts what the engine holds and
+replays a canary (one fixed request, replayed right after the engine was built): only if the
+canary comes out bitwise as it did then is the engine used again; else it is retired (kept
+referenced, never collected: collecting an in-process engine runs its shutdown, which tears down
+the process-wide distributed groups every other engine here uses) and the next replay of its
+configuration builds a fresh one. ``DriverError`` marks the driver's own failures, apart from
+vLLM raising. The switch (``VLLM_BATCH_INVARIANT``) is whatever this process'
 environment says when vLLM is first imported: the vLLM lane runs the stock state.
 
 Nothing here imports vLLM or torch at module import time.
@@ -25,12 +32,14 @@ from __future__ import annotations
 import itertools
 import os
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from ..model.scenario import (
     BLOCK_SIZE,
     EngineConfig,
+    Request,
     RequestResult,
     Scenario,
     ScenarioResult,
@@ -45,6 +54,9 @@ ROOMY_BLOCKS = 64
 """The KV pool of a configuration without ``kv_blocks``: never runs out for the small spaces."""
 DEFAULT_MAX_NUM_SEQS = 8
 MAX_STEPS = 2000
+MAX_RETIRED = 24
+"""Engines retired after failing their canary, at most (each keeps its memory)."""
+CANARY = tuple(range(4, 12))
 
 
 def engine_kwargs(config: EngineConfig) -> dict[str, Any]:
@@ -77,7 +89,13 @@ def sampling_kwargs(request: Any) -> dict[str, Any]:
     }
     if not request.greedy:
         kwargs["seed"] = request.seed
+    if request.prompt_logprobs:
+        kwargs["prompt_logprobs"] = 0
     return kwargs
+
+
+class DriverError(RuntimeError):
+    """The driver could not replay a scenario for a reason of its own (not vLLM raising)."""
 
 
 class _Recorder:
@@ -113,7 +131,7 @@ def _step_entries(output: Any, index: dict[str, int], prompts: dict[str, int]):
     for req_id, tokens in output.num_scheduled_tokens.items():
         rid = external_id(req_id)
         if rid not in index:
-            raise RuntimeError(f"the scheduler ran request {req_id!r}, not one of this replay's")
+            raise DriverError(f"the scheduler ran request {req_id!r}, not one of this replay's")
         done = computed.get(rid, 0)
         phase = "prefill" if done < prompts[rid] else ("decode" if tokens == 1 else "recompute")
         entries.append(Scheduled(index[rid], phase, int(tokens)))
@@ -131,6 +149,13 @@ class ScenarioDriver:
         self._ids = itertools.count()
         self.timings: dict[str, float] = {"build_s": 0.0, "replay_s": 0.0}
         self.replays = 0
+        self.builds = 0
+        self.recovered = 0
+        """Times vLLM raised and the engine passed its canary afterwards (kept in use)."""
+        self._retired: list[Any] = []
+        self._canaries: dict[EngineConfig, ScenarioResult] = {}
+        self.observed: Counter[str] = Counter()
+        """How many replays showed each thing the engine did (ScenarioResult.observed)."""
 
     @staticmethod
     def prepare_environment() -> None:
@@ -154,18 +179,38 @@ class ScenarioDriver:
             scheduler = engine.engine_core.engine_core.scheduler  # InprocClient -> EngineCore
             self._engines[config] = (llm, _Recorder(scheduler))
             self.timings["build_s"] += time.perf_counter() - start
+            self.builds += 1
+            self._canaries[config] = self._replay(self._canary(config))
         llm, recorder = self._engines[config]
         return llm.llm_engine, recorder
 
+    @property
+    def retired(self) -> int:
+        return len(self._retired)
+
+    @staticmethod
+    def _canary(config: EngineConfig) -> Scenario:
+        return Scenario((Request(CANARY, max_tokens=2),), config)
+
     def __call__(self, scenario: Scenario) -> ScenarioResult:
+        try:
+            result = self._replay(scenario)
+        except BaseException:
+            self._recover(scenario.config)
+            raise
+        self.replays += 1
+        self.observed.update(result.observed())
+        return result
+
+    def _replay(self, scenario: Scenario) -> ScenarioResult:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
         engine, recorder = self.engine(scenario.config)
         if engine.has_unfinished_requests():
-            raise RuntimeError("the engine still holds requests from an earlier replay")
+            raise DriverError("the engine still holds requests from an earlier replay")
         if not engine.reset_prefix_cache():
-            raise RuntimeError("reset_prefix_cache() refused: the replay would start warm")
+            raise DriverError("reset_prefix_cache() refused: the replay would start warm")
         start = time.perf_counter()
         serial = next(self._ids)
         ids = [f"s{serial}-r{i}" for i in range(len(scenario.requests))]
@@ -204,36 +249,59 @@ class ScenarioDriver:
                         finals[index[out.request_id]] = out
                 step += 1
                 if step > MAX_STEPS:
-                    raise RuntimeError(f"the scenario did not finish in {MAX_STEPS} engine steps")
-        except BaseException:
-            unfinished = [rid for rid in ids if index[rid] not in finals]
-            if unfinished:
-                engine.abort_request(unfinished, internal=True)
-            raise
+                    raise DriverError(f"the scenario did not finish in {MAX_STEPS} engine steps")
+        finally:
+            recorder.outputs.clear()
         results = []
         for i, rid in enumerate(ids):
             if i not in finals:
-                raise RuntimeError(f"request {i} ({rid}) never finished")
-            results.append(self._result(finals[i], resumed[i]))
-        self.replays += 1
+                raise DriverError(f"request {i} ({rid}) never finished")
+            results.append(self._result(finals[i], resumed[i], scenario.requests[i]))
         self.timings["replay_s"] += time.perf_counter() - start
         return ScenarioResult(tuple(results), tuple(timeline))
 
+    def _recover(self, config: EngineConfig) -> None:
+        """After vLLM raised mid-replay: abort what the engine holds, then replay the canary;
+        an engine whose canary differs (or raises) is retired."""
+        if config not in self._engines:
+            return  # the build itself raised
+        llm, _ = self._engines[config]
+        try:
+            engine = llm.llm_engine
+            pending = list(engine.output_processor.request_states)
+            if pending:
+                engine.abort_request(pending, internal=True)
+            if self._replay(self._canary(config)) == self._canaries[config]:
+                self.recovered += 1
+                return
+        except Exception:
+            pass
+        self._retired.append(self._engines.pop(config))
+        if len(self._retired) > MAX_RETIRED:
+            raise DriverError(f"{len(self._retired)} engines retired after vLLM raised")
+
     @staticmethod
-    def _result(output: Any, resumed: int) -> RequestResult:
+    def _result(output: Any, resumed: int, request: Any) -> RequestResult:
         completion = output.outputs[0]
         tokens = tuple(int(t) for t in completion.token_ids)
         logprobs = completion.logprobs or []
         if len(logprobs) != len(tokens):
-            raise RuntimeError(f"{len(tokens)} tokens but {len(logprobs)} logprob entries")
+            raise DriverError(f"{len(tokens)} tokens but {len(logprobs)} logprob entries")
         bits = []
         for position, (token, entry) in enumerate(zip(tokens, logprobs, strict=True)):
             if token not in entry:
-                raise RuntimeError(f"no logprob for generated token {position} ({token})")
+                raise DriverError(f"no logprob for generated token {position} ({token})")
             bits.append(float_bits(float(entry[token].logprob)))
+        prompt_bits: tuple[int, ...] = ()
+        if request.prompt_logprobs:
+            from .vllm_engine import token_logprobs  # position 0 gets 0.0: no logprob there
+
+            values = token_logprobs(list(request.prompt), output.prompt_logprobs)[1:]
+            prompt_bits = tuple(float_bits(v) for v in values)
         return RequestResult(
             tokens,
             tuple(bits),
             cached_tokens=int(output.num_cached_tokens or 0),
             preempted=resumed,
+            prompt_logprob_bits=prompt_bits,
         )
