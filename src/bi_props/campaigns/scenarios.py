@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
 from hypothesis import HealthCheck, Phase, find, settings
 from hypothesis.errors import NoSuchExample
@@ -50,12 +50,12 @@ class ScenarioFinding:
 class SearchResult:
     prop: str
     examples: int = 0
-    """Scenarios the property judged (not counting those it does not apply to)."""
+    """Scenarios the property judged, generation and shrinking together (not counting those it
+    does not apply to)."""
     not_applicable: int = 0
     replays: int = 0
     seconds: float = 0.0
     finding: ScenarioFinding | None = None
-    errors: list[str] = field(default_factory=list)
 
 
 class _Memo:
