@@ -46,7 +46,11 @@ StaleOnPrefixHit = _planted("planted_stale_prefix_hit").StaleOnPrefixHit
 
 SPACE = ScenarioSpace()
 QUICK = settings(
-    max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck)
+    max_examples=60,
+    deadline=None,
+    database=None,
+    derandomize=True,  # the counts below are of a fixed sample, under any profile
+    suppress_health_check=list(HealthCheck),
 )
 
 
@@ -199,6 +203,23 @@ def test_scenario_table_errors_name_the_key(table, key, words):
 
 def test_strategy_shrinks_to_the_plain_scenario():
     assert find(scenarios(SPACE), lambda s: True, settings=QUICK) == Scenario((Request((4,)),))
+
+
+def test_prompt_lengths_aim_just_under_a_block_end():
+    from bi_props.catalogue.scenarios import lengths
+
+    near = set(range(BLOCK_SIZE - SPACE.max_tokens, BLOCK_SIZE))
+    assert find(lengths(SPACE, 1, 48), lambda n: True, settings=QUICK) == 1
+    assert find(lengths(SPACE, 1, 48), lambda n: n in near, settings=QUICK) in near
+    drawn = []
+
+    @given(scenarios(SPACE))
+    @QUICK
+    def draw(scenario):
+        drawn.extend(len(r.prompt) for r in scenario.requests)
+
+    draw()
+    assert sum(n in near for n in drawn) > len(drawn) * len(near) / SPACE.prompt_max
 
 
 def test_strategy_draws_every_feature_and_real_shared_prefixes():

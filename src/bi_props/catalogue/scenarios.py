@@ -4,7 +4,9 @@ Every choice shrinks toward the plain form: no engine feature on (each configura
 ``None`` or off first), one request, arrival 0, greedy sampling, one generated token, the shortest
 prompt and the lowest token id. Companions may copy whole KV blocks of the needle's prompt (a
 shared prefix), so that prefix caching actually hits when it is on; a companion arriving before
-the needle warms the cache for it.
+the needle warms the cache for it. A prompt length is drawn plain or, in the second branch (which
+shrinks away), just under the end of a KV block, so that decoding crosses into a new block: with
+a small pool that is what preempts a running request.
 """
 
 from __future__ import annotations
@@ -37,6 +39,22 @@ def configs(space: ScenarioSpace) -> st.SearchStrategy[EngineConfig]:
     )
 
 
+def lengths(space: ScenarioSpace, low: int, high: int) -> st.SearchStrategy[int]:
+    """A prompt length in [low, high]: plain, or a few tokens short of a block's end."""
+    plain = st.integers(low, high)
+    edges = sorted(
+        {
+            end - k
+            for end in range(BLOCK_SIZE, high + space.max_tokens + 1, BLOCK_SIZE)
+            for k in range(1, space.max_tokens + 1)
+        }
+        & set(range(low, high + 1))
+    )
+    # Two plain branches to one edge branch: a third of the lengths aim at an edge, and shared
+    # prefixes (prompts longer than a block) stay common.
+    return st.one_of(plain, plain, st.sampled_from(edges)) if edges else plain
+
+
 def _prompt(draw: st.DrawFn, length: int) -> tuple[int, ...]:
     return tuple(draw(st.lists(TOKENS, min_size=length, max_size=length)))
 
@@ -52,7 +70,13 @@ def scenarios(draw: st.DrawFn, space: ScenarioSpace) -> Scenario:
     config = draw(configs(space))
     companions = draw(st.integers(0, space.max_requests - 1))
     arrival = st.integers(0, space.max_arrival)
-    needle_prompt = _prompt(draw, draw(st.integers(space.prompt_min, space.prompt_max)))
+    # A prefix of whole KV blocks that the needle starts with and companions may copy; the
+    # needle has at least one token after it (a prompt served whole from the cache has none).
+    most = min(space.shared_blocks, (space.prompt_max - 1) // BLOCK_SIZE)
+    blocks = draw(st.integers(0, most)) if most > 0 else 0
+    prefix = _prompt(draw, blocks * BLOCK_SIZE)
+    total = draw(lengths(space, max(space.prompt_min, len(prefix) + 1), space.prompt_max))
+    needle_prompt = prefix + _prompt(draw, total - len(prefix))
     needle = Request(
         needle_prompt,
         max_tokens=draw(st.integers(1, space.max_tokens)),
@@ -61,12 +85,13 @@ def scenarios(draw: st.DrawFn, space: ScenarioSpace) -> Scenario:
     )
     others = []
     for _ in range(companions):
-        shared = needle_prompt[: draw(st.integers(0, space.shared_blocks)) * BLOCK_SIZE]
-        low = max(space.prompt_min - len(shared), 0 if shared else 1)
-        own = _prompt(draw, draw(st.integers(low, max(low, space.prompt_max - len(shared)))))
+        # Copying is the first choice (no feature is added by it: ``blocks`` shrinks the prefix
+        # away); a companion with a prefix of its own is the other.
+        shared = prefix if prefix and not draw(st.booleans()) else ()
+        total = draw(lengths(space, max(space.prompt_min, len(shared)), space.prompt_max))
         others.append(
             Request(
-                shared + own,
+                shared + _prompt(draw, total - len(shared)),
                 max_tokens=draw(st.integers(1, space.max_tokens)),
                 arrival=draw(arrival),
                 **_sampling(draw, space),
