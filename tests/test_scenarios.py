@@ -350,3 +350,57 @@ def test_unknown_property_is_refused():
 
 def test_strategy_argument_types():
     assert isinstance(scenarios(SPACE), st.SearchStrategy)
+
+
+# ---------------------------------------------------------------------------------------------
+# The vLLM driver's pure helpers (the driver itself runs in the vLLM lane)
+
+
+def test_driver_kwargs_follow_the_configuration():
+    from bi_props.targets.vllm_scenarios import (
+        DEFAULT_MAX_NUM_SEQS,
+        ROOMY_BLOCKS,
+        engine_kwargs,
+        sampling_kwargs,
+    )
+
+    plain = engine_kwargs(EngineConfig())
+    assert plain["enable_prefix_caching"] is False and plain["enable_chunked_prefill"] is False
+    assert plain["num_gpu_blocks_override"] == ROOMY_BLOCKS
+    assert plain["max_num_seqs"] == DEFAULT_MAX_NUM_SEQS and "max_num_batched_tokens" not in plain
+    assert plain["block_size"] == BLOCK_SIZE and plain["dtype"] == "float32"
+    busy = engine_kwargs(EngineConfig(True, chunk_budget=16, kv_blocks=3, max_num_seqs=2))
+    assert (busy["enable_prefix_caching"], busy["enable_chunked_prefill"]) == (True, True)
+    assert (busy["max_num_batched_tokens"], busy["num_gpu_blocks_override"]) == (16, 3)
+    assert busy["max_num_seqs"] == 2
+    greedy = sampling_kwargs(Request((4,), max_tokens=3))
+    assert greedy == {"max_tokens": 3, "ignore_eos": True, "logprobs": 0, "temperature": 0.0}
+    seeded = sampling_kwargs(Request((4,), temperature=0.5, seed=7, prompt_logprobs=True))
+    assert (seeded["seed"], seeded["temperature"], seeded["prompt_logprobs"]) == (7, 0.5, 0)
+
+
+def test_timeline_entries_from_a_scheduler_output():
+    from types import SimpleNamespace as NS
+
+    from bi_props.targets.vllm_scenarios import DriverError, _step_entries, external_id
+
+    assert external_id("s3-r1-1a2b3c4d") == "s3-r1"
+    output = NS(
+        scheduled_new_reqs=[NS(req_id="s0-r1-aaaaaaaa", num_computed_tokens=0)],
+        scheduled_cached_reqs=NS(
+            req_ids=["s0-r0-bbbbbbbb", "s0-r2-cccccccc"],
+            num_computed_tokens=[30, 0],
+            resumed_req_ids={"s0-r2-cccccccc"},
+        ),
+        num_scheduled_tokens={"s0-r0-bbbbbbbb": 1, "s0-r1-aaaaaaaa": 16, "s0-r2-cccccccc": 33},
+    )
+    index = {"s0-r0": 0, "s0-r1": 1, "s0-r2": 2}
+    entries, resumed = _step_entries(output, index, {"s0-r0": 30, "s0-r1": 40, "s0-r2": 30})
+    assert entries == (
+        Scheduled(0, "decode", 1),
+        Scheduled(1, "prefill", 16),
+        Scheduled(2, "prefill", 33),
+    )
+    assert resumed == {"s0-r2"}
+    with pytest.raises(DriverError, match="not one of this replay's"):
+        _step_entries(output, {"s0-r0": 0}, {"s0-r0": 30})
