@@ -276,6 +276,21 @@ def test_properties_apply_only_where_their_feature_is_on():
         assert verdict is not None and verdict.held, (prop, verdict)
 
 
+def test_configuration_twins_compare_every_request():
+    prefix = tuple(range(10, 10 + BLOCK_SIZE))
+    # The companion (r1) arrives after the needle and is the one served from the cache.
+    scenario = Scenario(
+        (Request((*prefix, 5)), Request((*prefix, 6), arrival=2)),
+        EngineConfig(prefix_caching=True),
+    )
+    planted = StaleOnPrefixHit(FakeEngine())
+    verdict = judge("prefix_cache", scenario, planted)
+    assert verdict.actual.requests[0].cached_tokens == 0
+    assert verdict.actual.requests[1].cached_tokens == BLOCK_SIZE
+    assert verdict.message.startswith("companion r1: logprob of generated token 0")
+    assert judge("alone", scenario, planted).held  # the needle itself was never served warm
+
+
 def test_decode_vs_prefill_compares_generated_logprobs_with_prompt_logprobs():
     scenario = Scenario((Request((4, 5, 6), max_tokens=3),))
     fake = FakeEngine()

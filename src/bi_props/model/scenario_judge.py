@@ -3,8 +3,9 @@
 Each property maps a scenario to the scenario its needle is compared against (its *desired*
 twin), or to None where the property says nothing about that scenario (prefix caching off: no
 hot-vs-cold question). ``judge`` then compares the needle's generated tokens and the float32 bit
-patterns of their logprobs in the two results. Pure: the caller replays both scenarios on an
-engine (``Replay``) and hands the results in.
+patterns of their logprobs in the two results; where the twin differs only in its engine
+configuration (prefix_cache, chunked, preemption) every request is compared, the needle first.
+Pure: the caller replays both scenarios on an engine (``Replay``) and hands the results in.
 """
 
 from __future__ import annotations
@@ -148,7 +149,16 @@ def judge(prop: str, scenario: Scenario, replay: Replay) -> Verdict | None:
         return None
     actual = replay(scenario)
     desired = replay(twin)
-    # The twin keeps the needle's index (config changes) or makes it the only request (alone).
-    twin_needle = twin.needle
-    message = compare(actual.requests[scenario.needle], desired.requests[twin_needle])
+    if twin.requests == scenario.requests:
+        # Only the configuration changed: every request must come out the same, not just the
+        # needle (the one the engine preempted, or served from its cache, may be a companion).
+        others = (i for i in range(len(scenario.requests)) if i != scenario.needle)
+        order = [scenario.needle, *others]
+        for i in order:
+            message = compare(actual.requests[i], desired.requests[i])
+            if message is not None:
+                who = "the needle" if i == scenario.needle else f"companion r{i}"
+                return Verdict(prop, scenario, twin, f"{who}: {message}", actual, desired)
+        return Verdict(prop, scenario, twin, None, actual, desired)
+    message = compare(actual.requests[scenario.needle], desired.requests[twin.needle])
     return Verdict(prop, scenario, twin, message, actual, desired)
