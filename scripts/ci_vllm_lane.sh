@@ -10,6 +10,9 @@
 #      pinned case by case; lane_vllm_engine_ops.py: a campaign over them (every finding must be
 #      one of the pinned behaviours);
 #   3. tests/vllm_lane/lane_engine.py: the `vllm-engine` target (vLLM's LLM on a tiny model);
+#   3b. tests/vllm_lane/lane_scenarios.py: engine scenarios (prefix caching, chunked prefill,
+#      preemption, arrivals, seeded sampling) replayed on vLLM's LLMEngine, searched and shrunk,
+#      and a planted prefix-cache bug wrapped around that engine found and shrunk;
 #   4. tests/vllm_lane/lane_verl_switch.py: the `vllm` target switched by verl 0.9.1's own code
 #      (`--bi-switch verl`; verl is added to this venv without its dependencies, see below);
 #   5. tests/vllm_lane/lane_vllm_triton.py: the `vllm` target with vLLM's real Triton kernels run
@@ -88,6 +91,9 @@ engine_ops_start=$(date +%s)
 python -m pytest tests/vllm_lane/lane_vllm_engine_ops.py -q -p no:cacheprovider || status=1
 echo "vLLM lane: the engine-ops campaign took $(( $(date +%s) - engine_ops_start )) s"
 python -m pytest tests/vllm_lane/lane_engine.py -q -p no:cacheprovider || status=1
+scenarios_start=$(date +%s)
+python -m pytest tests/vllm_lane/lane_scenarios.py -q -p no:cacheprovider || status=1
+echo "vLLM lane: engine scenarios took $(( $(date +%s) - scenarios_start )) s"
 verl_start=$(date +%s)
 python -m pytest tests/vllm_lane/lane_verl_switch.py -q -p no:cacheprovider || status=1
 echo "vLLM lane: verl switch tests took $(( $(date +%s) - verl_start )) s"
@@ -98,6 +104,11 @@ echo "vLLM lane: interpreted Triton kernels took $(( $(date +%s) - triton_start 
 if [ -f "$BI_PROPS_LANE_SUMMARY" ]; then
     echo "---- $BI_PROPS_LANE_SUMMARY"
     cat "$BI_PROPS_LANE_SUMMARY"
+fi
+scenarios_summary="$(dirname "$BI_PROPS_LANE_SUMMARY")/scenarios-summary.md"
+if [ -f "$scenarios_summary" ]; then
+    echo "---- $scenarios_summary"
+    cat "$scenarios_summary"
 fi
 echo "vLLM lane: exit status $status after $(( $(date +%s) - start )) s"
 exit "$status"

@@ -15,6 +15,7 @@ from typing import Any
 
 from .case import DTYPES, LAYOUTS, PARITY_DTYPES, VALUE_CLASSES
 from .op_registry import OPS
+from .scenario import ScenarioSpace
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -112,6 +113,8 @@ class Space:
     attention_length: Extent = Extent(1, 48)
     head_dims: tuple[int, ...] = (8, 16, 32, 64)
     op_dim: dict[str, Extent] = field(default_factory=dict)
+    # Engine scenarios (bi_props.catalogue.scenarios): their own limits, [scenarios] table.
+    scenarios: ScenarioSpace = field(default_factory=ScenarioSpace)
 
     def dim_for(self, op: str) -> Extent:
         return self.op_dim.get(op, self.dim)
@@ -151,6 +154,17 @@ _SECTIONS: dict[str, dict[str, str]] = {
         "thresholds": "list[int]",
     },
     "attention": {"length": "extent", "head_dims": "list[int]"},
+    "scenarios": {
+        "max_requests": "int",
+        "prompt_tokens": "extent",
+        "max_tokens": "int",
+        "max_arrival": "int",
+        "shared_blocks": "int",
+        "seeded": "bool",
+        "chunk_budgets": "list[int]",
+        "kv_blocks": "list[int]",
+        "max_num_seqs": "list[int]",
+    },
 }
 
 
@@ -170,6 +184,10 @@ RANGES: dict[str, tuple[float, float, bool, str]] = {
     "batch.max_sequences": (1, 10**6, True, "sequences in a batch of a sequence op"),
     "batch.max_batch_tokens": (1, 10**9, True, "companion tokens of a many-sequence batch"),
     "runner.cross_process_every": (0, 10**6, True, "determinism examples per cross-process one"),
+    "scenarios.max_requests": (1, 64, True, "requests in a scenario"),
+    "scenarios.max_tokens": (1, 256, True, "generated tokens of a request"),
+    "scenarios.max_arrival": (0, 64, True, "the latest engine step a request arrives at"),
+    "scenarios.shared_blocks": (0, 64, True, "KV blocks a companion shares with the needle"),
 }
 
 
@@ -333,7 +351,31 @@ def parse(data: dict[str, Any], source: str, profile: str) -> Space:
         if not dims or any(d < 1 for d in dims):
             raise _fail(source, "attention.head_dims", "need positive head sizes")
         space["head_dims"] = tuple(dims)
+    space["scenarios"] = _scenario_space(source, fields)
     return Space(**space)
+
+
+def _scenario_space(source: str, fields: dict[Any, Any]) -> ScenarioSpace:
+    """The [scenarios] table: defaults for missing keys, then the limits checked together."""
+    values: dict[str, Any] = {}
+    for key in ("max_requests", "max_tokens", "max_arrival", "shared_blocks", "seeded"):
+        if ("scenarios", key) in fields:
+            values[key] = fields["scenarios", key]
+    if ("scenarios", "prompt_tokens") in fields:
+        extent = fields["scenarios", "prompt_tokens"]
+        values["prompt_min"], values["prompt_max"] = extent.min, extent.max
+    for key in ("chunk_budgets", "kv_blocks", "max_num_seqs"):
+        if ("scenarios", key) in fields:
+            sizes = fields["scenarios", key]
+            if not sizes or any(v < 1 for v in sizes):
+                raise _fail(source, f"scenarios.{key}", f"need a list of sizes >= 1, got {sizes}")
+            values[key] = tuple(sorted(set(sizes)))
+    limits = ScenarioSpace(**values)
+    problem = limits.check()
+    if problem:
+        key, _, why = problem.partition(": ")
+        raise _fail(source, f"scenarios.{key}", why)
+    return limits
 
 
 def bundled_dir() -> Path:

