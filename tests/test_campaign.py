@@ -519,3 +519,44 @@ def test_the_campaign_ends_near_its_budget_when_the_kernel_hangs(
     assert report["campaign"]["overrun_s"] is not None and report["campaign"]["overrun_s"] < 15
     # An example cut at the budget's end proves no hang: no timeout finding (none waited 600 s).
     assert [f for f in report["findings"] if f["kind"] == "timeout"] == []
+
+
+# -- --max-findings: stop at the first N new findings (a bisection, a CI gate) ------------------
+
+
+def test_max_findings_is_validated(tmp_path: Path, capsys) -> None:
+    from bi_props.cli import main
+
+    assert main(["fuzz", "--max-findings", "0", "--out", str(tmp_path / "a")]) == 2
+    assert "--max-findings 0: must be at least 1" in capsys.readouterr().err
+    assert main(["fuzz", "--max-findings", "1", "--ray", "--out", str(tmp_path / "b")]) == 2
+    assert "not supported with --ray" in capsys.readouterr().err
+
+
+def test_max_findings_stops_the_turns_and_the_report_says_so(tmp_path: Path) -> None:
+    from types import SimpleNamespace
+
+    from bi_props.campaigns.campaign import Campaign
+    from bi_props.model.space import parse
+    from bi_props.reporting.data import ReportData
+    from bi_props.reporting.markdown import render
+
+    space = parse({"ops": {"include": ["mm"]}}, "x", "x")
+    lines: list[str] = []
+    ledger = SimpleNamespace(
+        new=set(), extra={}, started_monotonic=0.0, progress=lambda what, n: lines.append(what)
+    )
+    campaign = Campaign(["cpu"], space, tmp_path, 60.0, max_findings=2)
+    assert not campaign._enough_findings(ledger, lambda: 0)
+    ledger.new.add(("a",))
+    assert not campaign._enough_findings(ledger, lambda: 0) and not ledger.extra
+    ledger.new.add(("b",))
+    assert campaign._enough_findings(ledger, lambda: 0)
+    assert ledger.extra["stopped_early"].startswith("after 2 new finding(s) (--max-findings 2)")
+    assert lines and lines[-1].startswith("stopping after 2 new finding(s)")
+    assert not Campaign(["cpu"], space, tmp_path, 60.0)._enough_findings(ledger, lambda: 0)
+    with pytest.raises(ValueError, match="max_findings"):
+        Campaign(["cpu"], space, tmp_path, 60.0, max_findings=0)
+    report = {"campaign": {"stopped_early": ledger.extra["stopped_early"]}}
+    text = render(ReportData(tmp_path, report, [], {}, {}, [], []))
+    assert "stopped early after 2 new finding(s)" in text.splitlines()[0]

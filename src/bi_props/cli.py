@@ -104,6 +104,14 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="a negative control that saw no batch variance fails the run (exit 1)",
     )
+    fuzz.add_argument(
+        "--max-findings",
+        type=int,
+        default=None,
+        metavar="N",
+        help="stop once N new findings are recorded, each shrunk and confirmed (default: spend "
+        "the whole budget); the report says the run stopped early",
+    )
     fuzz.add_argument("--ops", default=None, help="comma-separated catalogue ops (default: all)")
     fuzz.add_argument("--profile", default="cpu", help="bundled search space to use")
     fuzz.add_argument(
@@ -274,6 +282,13 @@ def _fuzz(args: argparse.Namespace) -> int:
         return _usage("--control-share must be within 0 and 1 (a share of --budget)")
     if args.ray_actors is not None and args.ray_actors < 1:
         return _usage("--ray-actors must be at least 1")
+    if args.max_findings is not None and args.max_findings < 1:
+        return _usage(f"--max-findings {args.max_findings}: must be at least 1")
+    if args.max_findings is not None and args.ray is not None:
+        return _usage(
+            "--max-findings is not supported with --ray (each actor sees only its own "
+            "findings); run without --ray"
+        )
     space = _space(args)
     from .model.known import DataFileError, load_known
 
@@ -425,6 +440,7 @@ def _run_fuzz(args: argparse.Namespace, space, known, targets: list[str]) -> int
             known=known,
             strict_controls=args.strict_controls,
             control_share=args.control_share,
+            max_findings=args.max_findings,
         )
         return campaign.run()
     except WorkerFailure as exc:

@@ -734,9 +734,12 @@ class Campaign:
         known: list | None = None,
         strict_controls: bool = False,
         control_share: float | None = None,
+        max_findings: int | None = None,
     ) -> None:
         if not targets:
             raise ValueError("a campaign needs at least one target")
+        if max_findings is not None and max_findings < 1:
+            raise ValueError(f"max_findings must be at least 1, got {max_findings}")
         # The negative controls' largest share of the budget: the argument, else the space's
         # [runner] control_share.
         self.control_share = space.control_share if control_share is None else control_share
@@ -750,6 +753,10 @@ class Campaign:
         self.write_reports = write_reports
         self.known = list(known or [])  # known.KnownFailure entries (re-checked at the start)
         self.strict_controls = strict_controls  # recorded in the report (its flags say so)
+        # Stop once this many new findings are recorded (each shrunk and confirmed first), as
+        # libFuzzer stops at its first crash: a bisection or a CI gate needs one reproducer, not
+        # the whole budget. None: spend the budget.
+        self.max_findings = max_findings
         self.ledger: Ledger | None = None
 
     def run(self) -> int:
@@ -868,6 +875,8 @@ class Campaign:
             picked = schedule.next(now - start)
             if picked is None or now >= deadline:
                 return
+            if self._enough_findings(ledger, examples):
+                return
             item, limit = picked
             turn_end = min(now + limit, deadline)
             if item.kind == "control":
@@ -876,6 +885,18 @@ class Campaign:
                 self._cell_turn(
                     states, ledger, database, deadline, schedule, item, turn_end, examples
                 )
+
+    def _enough_findings(self, ledger: Ledger, examples: Callable[[], int]) -> bool:
+        """True (and the stop recorded in the report) once ``max_findings`` new findings are in."""
+        if self.max_findings is None or len(ledger.new) < self.max_findings:
+            return False
+        why = (
+            f"after {len(ledger.new)} new finding(s) (--max-findings {self.max_findings}), "
+            f"{time.monotonic() - ledger.started_monotonic:.0f} s of the {self.budget_s:g} s budget"
+        )
+        ledger.extra["stopped_early"] = why
+        ledger.progress(f"stopping {why}", examples())
+        return True
 
     def _control_turn(self, states, ledger, database, schedule, item, turn_end, examples) -> None:
         target, op, prop = item.key

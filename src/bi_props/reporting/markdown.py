@@ -56,6 +56,8 @@ def render(data: ReportData) -> str:
         verdict = "INCOMPLETE: no enabled-state cell ran, no verdict; " + verdict
     if no_routing_verdict(r):
         verdict = "NO ROUTING VERDICT: routing not observable for any op; " + verdict
+    if campaign.get("stopped_early"):
+        verdict += f"; stopped early {campaign['stopped_early']}"
     not_run = campaign.get("cells_not_run")
     if not_run:
         verdict += f"; {not_run} of {campaign.get('cells_total', '?')} cells not run"
@@ -101,6 +103,8 @@ def render(data: ReportData) -> str:
         run.append(f"| turns | {_cell(turn_rates(turns))} |")
     if campaign.get("interrupted"):
         run.append("| interrupted | yes (the report holds everything found until then) |")
+    if campaign.get("stopped_early"):
+        run.append(f"| stopped early | {_cell(campaign['stopped_early'])} |")
     run.append("")
 
     out.append("## Findings\n")
