@@ -118,25 +118,33 @@ class Case:
         )
 
 
-def parse_case(text: str) -> Case:
-    """A Case from its repr (a report entry, a regressions file), without executing arbitrary code:
-    only calls of Case/Batch/Companion with literal arguments are accepted."""
+def eval_record_repr(text: str, allowed: dict[str, type], kind: str) -> object:
+    """Evaluate a record's repr (a report entry, a regressions file) without executing arbitrary
+    code: only calls of the ``allowed`` record types with literal arguments are accepted, and the
+    result must be a ``kind`` (the name of one of them)."""
     import ast
 
-    allowed = {"Case": Case, "Batch": Batch, "Companion": Companion}
+    names = ", ".join(allowed)
     try:
         tree = ast.parse(text.strip(), mode="eval")
     except SyntaxError as exc:
-        raise ValueError(f"not a Case repr: {exc}") from None
+        raise ValueError(f"not a {kind} repr: {exc}") from None
     for node in ast.walk(tree):
         if isinstance(node, ast.Call):
             if not isinstance(node.func, ast.Name) or node.func.id not in allowed:
-                raise ValueError(f"not a Case repr: call of {ast.unparse(node.func)!r}")
+                raise ValueError(f"not a {kind} repr: call of {ast.unparse(node.func)!r}")
         elif isinstance(node, ast.Name) and node.id not in allowed and node.id != "None":
-            raise ValueError(f"not a Case repr: name {node.id!r}")
+            raise ValueError(f"not a {kind} repr: name {node.id!r}")
         elif isinstance(node, (ast.Attribute, ast.Lambda, ast.Subscript, ast.NamedExpr)):
-            raise ValueError("not a Case repr: only literals and Case/Batch/Companion calls")
-    case = eval(compile(tree, "<case>", "eval"), {"__builtins__": {}}, dict(allowed))
-    if not isinstance(case, Case):
-        raise ValueError(f"not a Case repr: evaluates to {type(case).__name__}")
-    return case
+            raise ValueError(f"not a {kind} repr: only literals and {names} calls")
+    value = eval(compile(tree, f"<{kind}>", "eval"), {"__builtins__": {}}, dict(allowed))
+    if not isinstance(value, allowed[kind]):
+        raise ValueError(f"not a {kind} repr: evaluates to {type(value).__name__}")
+    return value
+
+
+def parse_case(text: str) -> Case:
+    """A Case from its repr (a report entry, a regressions file), without executing arbitrary code:
+    only calls of Case/Batch/Companion with literal arguments are accepted."""
+    allowed = {"Case": Case, "Batch": Batch, "Companion": Companion}
+    return eval_record_repr(text, allowed, "Case")  # type: ignore[return-value]

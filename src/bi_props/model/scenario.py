@@ -16,8 +16,9 @@ so that a shrunk scenario prints only what matters.
 
 from __future__ import annotations
 
-import ast
 from dataclasses import MISSING, dataclass, field, fields, replace
+
+from .case import eval_record_repr
 
 BLOCK_SIZE = 32
 """The KV-cache block size every scenario engine uses: vLLM caches prefixes in whole blocks, and
@@ -171,24 +172,9 @@ class Scenario:
 
 def parse_scenario(text: str) -> Scenario:
     """A Scenario from its repr, without executing arbitrary code: only calls of Scenario,
-    EngineConfig and Request with literal arguments are accepted."""
+    EngineConfig and Request with literal arguments are accepted (case.eval_record_repr)."""
     allowed = {"Scenario": Scenario, "EngineConfig": EngineConfig, "Request": Request}
-    try:
-        tree = ast.parse(text.strip(), mode="eval")
-    except SyntaxError as exc:
-        raise ValueError(f"not a Scenario repr: {exc}") from None
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Call):
-            if not isinstance(node.func, ast.Name) or node.func.id not in allowed:
-                raise ValueError(f"not a Scenario repr: call of {ast.unparse(node.func)!r}")
-        elif isinstance(node, ast.Name) and node.id not in (*allowed, "None", "True", "False"):
-            raise ValueError(f"not a Scenario repr: name {node.id!r}")
-        elif isinstance(node, (ast.Attribute, ast.Lambda, ast.Subscript, ast.NamedExpr)):
-            raise ValueError("not a Scenario repr: only literals and record calls")
-    value = eval(compile(tree, "<scenario>", "eval"), {"__builtins__": {}}, dict(allowed))
-    if not isinstance(value, Scenario):
-        raise ValueError(f"not a Scenario repr: evaluates to {type(value).__name__}")
-    return value
+    return eval_record_repr(text, allowed, "Scenario")  # type: ignore[return-value]
 
 
 # ---------------------------------------------------------------------------------------------
