@@ -7,17 +7,13 @@ never show it.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from bi_props.model.case import parse_case
+from planted_fuzz import fuzz_planted
 
-PLANTED = Path(__file__).parent / "planted"
 BUDGET_S = 120
 
 SPACE = """
@@ -45,21 +41,10 @@ head_dims = [8]
 @pytest.mark.campaign
 @pytest.mark.slow
 def test_fuzz_finds_a_path_chosen_by_the_number_of_sequences(tmp_path: Path) -> None:
-    space = tmp_path / "space.toml"
-    space.write_text(SPACE)
-    out = tmp_path / "out"
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(PLANTED), os.environ.get("PYTHONPATH", "")]),
-    }
-    command = [sys.executable, "-m", "bi_props.cli", "fuzz", "--target", "planted_sequence_count",
-               "--ops", "attention", "--budget", str(BUDGET_S), "--out", str(out),
-               "--strategies", str(space), "--seed", "7",
-               "--max-findings", "1"]  # fmt: skip
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=BUDGET_S * 6)
-    log = done.stdout + done.stderr
-    assert done.returncode == 1, log[-3000:]
-    report = json.loads((out / "report.json").read_text())
+    code, log, report, out = fuzz_planted(
+        "planted_sequence_count", "attention", SPACE, tmp_path, BUDGET_S, "--max-findings", "1"
+    )
+    assert code == 1, log[-3000:]
     found = [
         f
         for f in report["findings"]

@@ -12,17 +12,13 @@ either shrunk there or points to a finding of its class that was: both are check
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from bi_props.model.case import parse_case
+from planted_fuzz import fuzz_planted
 
-PLANTED = Path(__file__).parent / "planted"
 BUDGET_S = 60  # both bugs were in by 20 s on loaded cores
 LIMIT, BAD_K = 50, 3  # planted_two_bugs.py's
 
@@ -56,21 +52,9 @@ def _rows(case: str) -> int:
 @pytest.mark.campaign
 @pytest.mark.slow
 def test_fuzz_reports_two_bugs_of_different_kinds_in_one_cell(tmp_path: Path) -> None:
-    space = tmp_path / "space.toml"
-    space.write_text(SPACE)
-    out = tmp_path / "out"
-    env = {
-        **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(PLANTED), os.environ.get("PYTHONPATH", "")]),
-    }
-    command = [sys.executable, "-m", "bi_props.cli", "fuzz", "--target", "planted_two_bugs",
-               "--ops", "mm", "--budget", str(BUDGET_S), "--out", str(out),
-               "--strategies", str(space), "--seed", "7"]  # fmt: skip
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=BUDGET_S * 6)
-    log = done.stdout + done.stderr
-    assert done.returncode == 1, log[-3000:]
+    code, log, report, out = fuzz_planted("planted_two_bugs", "mm", SPACE, tmp_path, BUDGET_S)
+    assert code == 1, log[-3000:]
     assert "Traceback" not in log, log[-3000:]
-    report = json.loads((out / "report.json").read_text())
     described = [
         (f["property"], f["switch"], f["kind"], f["shrink"][:50]) for f in report["findings"]
     ]
