@@ -239,12 +239,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if metafunc.function.__name__.endswith("control"):
         params = [
             pytest.param(op, prop, "disabled", id=f"{op}-{prop}-disabled")
-            for op, prop in controls(state.space.ops)
+            for op, prop in controls(state.space.ops, state.space.exclude_properties)
         ]
     else:
         params = [
             pytest.param(op, prop, switch, id=f"{op}-{prop}-{switch}")
-            for op, prop, switch in cells(state.space.ops)
+            for op, prop, switch in cells(state.space.ops, state.space.exclude_properties)
         ]
     metafunc.parametrize(PARAMS, params)
 

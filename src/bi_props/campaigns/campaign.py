@@ -776,7 +776,8 @@ class Campaign:
             states[target] = _TargetState(session, cells_for(self.space))
             for cell in states[target].cells:  # every cell is in the report, run or not
                 ledger.cell(target, cell.op, cell.prop, cell.switch)
-            for op, prop in catalogue_controls(self.space.ops):  # and every control
+            left_out = self.space.exclude_properties
+            for op, prop in catalogue_controls(self.space.ops, left_out):  # and every control
                 session._control_entry(op, prop)
             ledger.sources[target] = session.report
         deadline = ledger.started_monotonic + self.budget_s

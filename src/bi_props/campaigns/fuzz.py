@@ -68,7 +68,8 @@ class Cell:
 
 
 def cells_for(space: Space) -> list[Cell]:
-    return [Cell(op, prop, switch) for op, prop, switch in cells(space.ops)]
+    chosen = cells(space.ops, space.exclude_properties)
+    return [Cell(op, prop, switch) for op, prop, switch in chosen]
 
 
 class BudgetSpent(KeyboardInterrupt):

@@ -452,7 +452,7 @@ class RayCampaign(Campaign):
             queue: deque[Shard] = deque(
                 self._shard(target=t, kind="control", op=op, prop=prop)
                 for t in self.targets
-                for op, prop in catalogue_controls(self.space.ops)
+                for op, prop in catalogue_controls(self.space.ops, self.space.exclude_properties)
             )
             self._loop(ray, ledger, data, queue, inflight, deadline)
             self._drain(ray, ledger, data, queue, inflight, self.grace_s)
@@ -529,7 +529,8 @@ class RayCampaign(Campaign):
         if shard.kind == "cell" and self.ledger is not None:
             self.ledger.cells_phase(self._examples(self._data))
         if shard.kind == "control":  # the controls share control_share of the budget
-            controls = max(1, len(catalogue_controls(self.space.ops)) * len(self.targets))
+            listed = catalogue_controls(self.space.ops, self.space.exclude_properties)
+            controls = max(1, len(listed) * len(self.targets))
             remaining = min(remaining, self.control_share * self.budget_s / controls)
         ref = slot.actor.run.remote(shard, remaining)
         slot.busy = True

@@ -40,6 +40,17 @@ PROPERTIES: tuple[PropertySpec, ...] = (
         reports_unclaimed=True,
     ),
     PropertySpec(
+        "row_permutation",
+        execute.observe_row_permutation,
+        properties.row_permutation,
+        "the batch with its rows (sequence ops: its sequences) in a derangement that moves "
+        "every row, the output un-permuted, == the batch in its drawn order, bitwise",
+        switches=("enabled",),
+        ops=lambda spec: "batch_invariance" in spec.properties,
+        values=("general", "wide", "exact"),
+        batched=True,
+    ),
+    PropertySpec(
         "determinism",
         execute.observe_determinism,
         properties.determinism,

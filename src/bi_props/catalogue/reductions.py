@@ -273,11 +273,12 @@ def _softmax_repro(case: Case) -> tuple[str, str]:
 
 
 def draw_reduction(draw: Any, ctx: Any) -> Shape:
-    """sum and mean: rank 1-3 (2-3 for batch invariance: a full sum has no rows), a dim."""
+    """sum and mean: rank 1-3 (2-3 for batch invariance and row permutation: a full sum has no
+    rows), a dim."""
     from hypothesis import strategies as st
 
     options: dict[str, Any] = {}
-    batch = ctx.prop == "batch_invariance"
+    batch = ctx.row_wise
     rank = draw(ctx.integers(2 if batch else 1, 3))
     shape = (draw(ctx.rows), *(draw(ctx.small if rank == 3 else ctx.dim) for _ in range(rank - 1)))
     choices: list = [-1, rank - 1]
@@ -293,12 +294,13 @@ def draw_reduction(draw: Any, ctx: Any) -> Shape:
 
 
 def draw_softmax(draw: Any, ctx: Any) -> Shape:
-    """softmax and log_softmax: rank 2-3, any dim but the rows' for batch invariance."""
+    """softmax and log_softmax: rank 2-3, any dim but the rows' for batch invariance and row
+    permutation."""
     options: dict[str, Any] = {}
     rank = draw(ctx.integers(2, 3))
     shape = (draw(ctx.rows), *(draw(ctx.small if rank == 3 else ctx.dim) for _ in range(rank - 1)))
     dims = [*range(1, rank), -1]
-    if ctx.prop != "batch_invariance":
+    if not ctx.row_wise:
         dims.append(0)
     options["dim"] = draw(ctx.choice(tuple(sorted(set(dims), key=lambda x: (x != -1, x)))))
     options["dtype"] = draw(ctx.choice(tuple([None, "float32"])))

@@ -39,6 +39,8 @@ def __getattr__(name: str) -> Any:
 
 
 SEEDS = st.integers(min_value=0, max_value=2**32 - 1)
+ROW_WISE = ("batch_invariance", "row_permutation")
+"""Properties that compare a batch's rows one by one: their cases are drawn batchable."""
 
 
 def boundary_values(extent: Extent, boundaries: tuple[int, ...]) -> list[int]:
@@ -111,6 +113,12 @@ class ShapeContext:
     dim: st.SearchStrategy[int]
     small: st.SearchStrategy[int]
     dim_extent: Extent
+
+    @property
+    def row_wise(self) -> bool:
+        """Whether the property compares the batch's rows one by one (batch invariance, row
+        permutation): then the drawn case must have rows (``OpSpec.batchable``: no full sum)."""
+        return self.prop in ROW_WISE
 
     @property
     def boundaries(self) -> tuple[int, ...]:

@@ -16,8 +16,9 @@ import numpy as np
 from ..model.case import Case
 from ..model.observation import Call, Observation, TensorBits
 from ..model.op_registry import OPS
+from ..model.permutation import derangement, moved_rows, unpermute_index
 from ..model.target import Target
-from .materialize import batch_samples, bits, needle, operands, row_slice, to_float64
+from .materialize import apply_layout, batch_samples, bits, needle, operands, row_slice, to_float64
 
 
 def _as_tuple(result: Any) -> tuple[Any, ...]:
@@ -96,6 +97,77 @@ def observe_batch_invariance(
             sliced.append(_tensor_bits(t[row_slice(offset, rows, axis, t.dim())]))
         together = Call(outputs=tuple(sliced))
     return {"calls": {"alone": alone, "in_batch": together}, "evidence": evidence}
+
+
+def permutes_samples(case: Case) -> bool:
+    """Whether row permutation moves whole samples (sequences: packed or paged attention, an op
+    owning other output rows than input rows) rather than single rows."""
+    info = OPS[case.op]
+    return info.sequences or info.output_rows is not None
+
+
+def _permuted_rows(case: Case, samples: list[tuple[int, int]], order: list[int], device: str):
+    """The batch's operands with the rows of every per-sample operand put in ``order`` (the
+    original row at each new index) along its batch axis, layouts applied after."""
+    import torch
+
+    info = OPS[case.op]
+    specs = info.operands(case)
+    logical = operands(case, samples, device, layouts=False)
+    index = torch.tensor(order, dtype=torch.int64, device=logical[0].device if logical else device)
+    result = []
+    for i, (spec, t) in enumerate(zip(specs, logical, strict=True)):
+        if spec.batch_axis is not None:
+            if t.shape[spec.batch_axis] != len(order):
+                raise ValueError(  # bi_props' own bug: a per-row op whose operand is not per row
+                    f"row permutation of {case.op}: operand {spec.name!r} has "
+                    f"{t.shape[spec.batch_axis]} rows along its batch axis, the batch {len(order)}"
+                )
+            t = t.index_select(spec.batch_axis, index)
+        layout = case.layouts[i] if i < len(case.layouts) else "contiguous"
+        result.append(apply_layout(t, layout))
+    return result
+
+
+def observe_row_permutation(case: Case, target: Target, unpermute: bool = True) -> dict[str, Any]:
+    """The batch as drawn, and the batch with its rows (sequence ops: its samples) in a
+    derangement (``model.permutation``), the latter's output put back in the original order.
+    ``unpermute=False`` leaves it permuted: the mistake the property's positive control plants."""
+    import torch
+
+    info = OPS[case.op]
+    if not info.batchable(case):
+        raise ValueError(f"row permutation is not defined for {case!r}")
+    samples = batch_samples(case)
+    lengths = [rows for _, rows in samples]
+    _, batch = _invoke(case, operands(case, samples, target.device), lengths)
+    whole = permutes_samples(case)
+    sizes = lengths if whole else [1] * sum(lengths)
+    order = list(derangement(sizes, case.seed))
+    if whole:
+        moved = [samples[u] for u in order]
+        result, permuted = _invoke(
+            case, operands(case, moved, target.device), [rows for _, rows in moved]
+        )
+        owned = [info.owned_rows(case, rows) for rows in lengths]
+    else:
+        args = _permuted_rows(case, samples, order, target.device)
+        result, permuted = _invoke(case, args, lengths)
+        owned = sizes
+    if result is not None and unpermute:
+        back = unpermute_index(order, owned)
+        outputs = []
+        for t, axis in zip(result, info.output_batch_axes, strict=False):
+            index = torch.tensor(back, dtype=torch.int64, device=t.device)
+            outputs.append(_tensor_bits(t.index_select(axis, index)))
+        permuted = Call(outputs=tuple(outputs))
+    evidence = {
+        "unit": "sequence" if whole else "row",
+        "units": len(sizes),
+        "rows": int(sum(lengths)),
+        "moved_rows": moved_rows(order, sizes),
+    }
+    return {"calls": {"batch": batch, "permuted": permuted}, "evidence": evidence}
 
 
 def observe_logprobs(case: Case, target: Target) -> dict[str, Any]:

@@ -165,16 +165,19 @@ def get(name: str) -> OpSpec:
         raise KeyError(f"unknown op {name!r}; the catalogue has: {known}") from None
 
 
-def cells(ops: Sequence[str]) -> list[tuple[str, str, str]]:
+def cells(ops: Sequence[str], exclude: Sequence[str] = ()) -> list[tuple[str, str, str]]:
     """Every (op, property, switch state) the suite and ``fuzz`` run: each property the op has
-    (``property_spec.properties_of``) in each of its ``switches``. A property judging both states
-    (parity) is one cell, "both"; the disabled state of a control property is a negative control
-    (see ``controls``), not a cell."""
+    (``property_spec.properties_of``) in each of its ``switches``, but those a space leaves out
+    (``exclude``: its ``[properties] exclude``). A property judging both states (parity) is one
+    cell, "both"; the disabled state of a control property is a negative control (see
+    ``controls``), not a cell."""
     from .property_spec import PROPERTIES, properties_of
 
     result = []
     for op in ops:
         for prop in properties_of(OPS[op]):
+            if prop in exclude:
+                continue
             spec = PROPERTIES[prop]
             for switch in spec.switches:
                 if spec.control and switch == "disabled":
@@ -183,6 +186,7 @@ def cells(ops: Sequence[str]) -> list[tuple[str, str, str]]:
     return result
 
 
-def controls(ops: Sequence[str]) -> list[tuple[str, str]]:
-    """Every (op, property) negative control: the property searched with the switch off."""
-    return [(op, prop) for op in ops for prop in OPS[op].controls]
+def controls(ops: Sequence[str], exclude: Sequence[str] = ()) -> list[tuple[str, str]]:
+    """Every (op, property) negative control: the property searched with the switch off (but
+    the properties in ``exclude``: a space's ``[properties] exclude``)."""
+    return [(op, prop) for op in ops for prop in OPS[op].controls if prop not in exclude]

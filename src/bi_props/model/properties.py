@@ -1,7 +1,8 @@
 """The properties: each judges Observations and returns a Verdict. numpy only, no torch.
 
-Stable names: ``routing``, ``reference``, ``batch_invariance``, ``determinism``, ``parity``,
-``logprobs``, ``decode`` (each declared as a record in ``property_spec``, beside users' own).
+Stable names: ``routing``, ``reference``, ``batch_invariance``, ``row_permutation``,
+``determinism``, ``parity``, ``logprobs``, ``decode`` (each declared as a record in
+``property_spec``, beside users' own).
 Batch invariance and determinism compare bit patterns (NaN payloads and the sign of zero count);
 the reference comparison is bitwise where the catalogue says exactness is sound, bounded elsewhere.
 """
@@ -97,6 +98,25 @@ def batch_invariance(obs: Observation) -> Verdict:
         obs.calls["alone"],
         "needle rows inside the batch (actual) vs alone (desired)",
     )
+
+
+def row_permutation(obs: Observation) -> Verdict:
+    """The batch with its rows (sequence ops: its sequences) in a derangement, the output put
+    back in order, is bitwise equal to the batch as drawn. A batch of one row (one sequence)
+    cannot be permuted: degenerate, never a pass."""
+    evidence = obs.evidence
+    units = int(evidence.get("units", 0))
+    if units < 2:
+        unit = evidence.get("unit", "row")
+        return Verdict(True, compared=0, degenerate=f"one {unit} in the batch: nothing to permute")
+    verdict = same_outputs(
+        obs.calls["permuted"],
+        obs.calls["batch"],
+        f"batch output with its {units} {evidence.get('unit', 'row')}s in a derangement, "
+        f"un-permuted (actual) vs in the drawn order (desired); "
+        f"{evidence.get('moved_rows')} of {evidence.get('rows')} rows moved",
+    )
+    return verdict
 
 
 def logprobs(obs: Observation) -> Verdict:

@@ -95,6 +95,9 @@ class Space:
     cross_process_every: int = 8
     # What to explore.
     ops: tuple[str, ...] = DEFAULT_OPS
+    # Properties whose cells and controls this space leaves out ([properties] exclude): a lane
+    # whose budget and pinned findings were measured without them.
+    exclude_properties: tuple[str, ...] = ()
     dtypes: tuple[str, ...] = DTYPES
     # Parity only, one example in PARITY_EXTRA_EVERY: dtypes beyond ``dtypes`` ([] turns it off).
     parity_dtypes: tuple[str, ...] = PARITY_DTYPES
@@ -142,6 +145,7 @@ _SECTIONS: dict[str, dict[str, str]] = {
         "cross_process_every": "int",
     },
     "ops": {"include": "list[str]", "exclude": "list[str]"},
+    "properties": {"exclude": "list[str]"},
     "dtypes": {"choices": "list[str]", "parity": "list[str]"},
     "layouts": {"choices": "list[str]"},
     "values": {"choices": "list[str]"},
@@ -323,6 +327,16 @@ def parse(data: dict[str, Any], source: str, profile: str) -> Space:
     space["ops"] = tuple(o for o in ops if o not in exclude)
     if not space["ops"]:
         raise _fail(source, "ops.exclude", "excludes every op")
+    if ("properties", "exclude") in fields:
+        from .property_spec import PROPERTIES
+
+        left_out = fields["properties", "exclude"]
+        unknown = [p for p in left_out if p not in PROPERTIES]
+        if unknown:
+            raise _fail(
+                source, "properties.exclude", f"unknown {unknown}; choose from {list(PROPERTIES)}"
+            )
+        space["exclude_properties"] = tuple(dict.fromkeys(left_out))
     for section, allowed, name in (
         ("dtypes", DTYPES, "dtypes"),
         ("layouts", LAYOUTS, "layouts"),
