@@ -1,6 +1,7 @@
 """Time to bug: how soon `bi-props fuzz` (default profile) reports each planted bug class.
 
-Each planted library in tests/planted/ carries one bug class in its ``mm`` kernel. Here each is
+Each planted library in tests/planted/ carries one bug class in its ``mm`` kernel (issue 21's
+in its ``rms_norm`` or ``fused_moe``: ``KERNEL``, run on that op alone). Here each is
 wrapped so that its kernel is about ``--slowdown`` times slower: the wrapper times each call of the
 library's own kernel and then sleeps (slowdown - 1) times that long (a sleep, not a slow path: the
 results are the library's, bit for bit). The kernels are already elementwise Python loops, slower
@@ -42,8 +43,14 @@ EXPECTED = {
     "planted_switch_leak": ("mm", "routing", "disabled"),
     "planted_crash": ("mm", "*", "enabled"),
     "planted_hang": ("mm", "*", "enabled"),
+    # issue 21's classes: a batch-wide switch (rows, arrival order) in another op's kernel
+    "planted_reduction_switch": ("rms_norm", "batch_invariance", "enabled"),
+    "planted_arrival_order": ("fused_moe", "*", "enabled"),
 }
 CORRECT = "planted_correct"
+KERNEL = {"planted_reduction_switch": "rms_norm", "planted_arrival_order": "fused_moe"}
+"""The library's kernel the wrapper slows down, where it is not ``mm``; such a library's
+campaign runs on its op alone (``--ops``), as its campaign test does."""
 
 WRAPPER = '''"""{lib}, its kernel made about {slowdown}x slower (time.sleep after each call)."""
 import time
@@ -52,7 +59,7 @@ import {lib} as _base
 from {lib} import *  # noqa: F401,F403  the module-target interface (NAMESPACE, OPS, ROUTES, ...)
 
 SLOWDOWN = {slowdown}
-_kernel = _base.mm
+_kernel = _base.{kernel}
 
 
 def _slow(*args, **kwargs):
@@ -63,7 +70,7 @@ def _slow(*args, **kwargs):
 
 
 def enable(enabled):
-    _base.mm = _slow  # installed by the library's own enable, wherever it installs its kernel
+    _base.{kernel} = _slow  # installed by the library's own enable, wherever it installs it
     _base.enable(enabled)
 '''
 
@@ -90,7 +97,9 @@ def first_finding(log: str, expected: tuple[str, str, str]) -> tuple[float, int]
 def run_all(args: argparse.Namespace) -> dict[str, list[dict]]:
     work = Path(tempfile.mkdtemp(prefix="bi_props-ttb-"))
     for lib in [*args.libraries, CORRECT]:
-        (work / f"slow_{lib}.py").write_text(WRAPPER.format(lib=lib, slowdown=args.slowdown))
+        kernel = KERNEL.get(lib, "mm")
+        wrapper = WRAPPER.format(lib=lib, slowdown=args.slowdown, kernel=kernel)
+        (work / f"slow_{lib}.py").write_text(wrapper)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(work), str(PLANTED), env.get("PYTHONPATH")])
@@ -106,8 +115,8 @@ def run_all(args: argparse.Namespace) -> dict[str, list[dict]]:
             command = [sys.executable, "-m", "bi_props.cli", "fuzz", "--target", f"slow_{lib}",
                        "--profile", args.profile, "--budget", str(args.budget),
                        "--out", str(out), "--seed", str(seed)]  # fmt: skip
-            if args.ops:
-                command += ["--ops", args.ops]
+            if args.ops or lib in KERNEL:
+                command += ["--ops", args.ops or EXPECTED[lib][0]]
             log = (work / f"{lib}-{seed}.log").open("w")
             process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
             running.append((process, lib, seed, out, time.monotonic()))

@@ -174,3 +174,32 @@ def test_one_row_is_degenerate(target) -> None:
     fields = execute.observe_row_permutation(case, target)
     verdict = _judge(fields)
     assert verdict.ok and "nothing to permute" in verdict.degenerate
+
+
+@pytest.mark.parametrize("op", ["rms_norm", "paged_decode_attention"])
+def test_the_reproducer_permutes_and_un_permutes(target, op: str, tmp_path) -> None:
+    """A standalone row-permutation reproducer runs the batch and its permutation (rows, or
+    whole paged sequences), puts the output back and compares: the (correct) CPU kernels do not
+    reproduce a finding."""
+    import subprocess
+    import sys
+
+    from bi_props.execution import execute
+    from bi_props.reporting import repro
+
+    case = CASES[op]
+    exported = execute.export("row_permutation", case, target)
+    order = exported["groups"]["permuted"]["lengths"]
+    assert sorted(order) == sorted(exported["groups"]["batch"]["lengths"])
+    setup = {"enabled": target.repro_setup(True), "disabled": target.repro_setup(False)}
+    finding = {"property": "row_permutation", "switch": "enabled", "kind": "mismatch"}
+    path = tmp_path / f"{op}.py"
+    path.write_text(repro.script({**finding, "message": ""}, case, exported, setup, "x::"))
+    proc = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "does NOT reproduce" in proc.stdout, proc.stdout[-2000:]
+    # the same script without the un-permute (identity): the reordered output is seen
+    exported["unpermute"] = list(range(len(exported["unpermute"])))
+    path.write_text(repro.script({**finding, "message": ""}, case, exported, setup, "x::"))
+    proc = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1 and "REPRODUCES" in proc.stdout, proc.stdout[-2000:]

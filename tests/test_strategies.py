@@ -19,6 +19,7 @@ from bi_props.catalogue.strategies import (
     cases,
 )
 from bi_props.model.case import Batch, Case, Companion
+from bi_props.model.property_spec import properties_of
 from bi_props.model.space import Extent, Space, load_profile, parse
 
 # A space narrower than the defaults in every direction, so that "respects the space" can fail.
@@ -104,7 +105,7 @@ def check_shape(case: Case, space: Space, prop: str) -> None:
             assert all(_within(x, small) for x in shape[1:]), case
         elif len(shape) == 2:
             assert _within(shape[1], dim), case
-        if op in ("softmax", "log_softmax") or prop == "batch_invariance":
+        if op in ("softmax", "log_softmax") or prop in ("batch_invariance", "row_permutation"):
             assert len(shape) >= 2, case
     elif op in ("rms_norm", "add_rms_norm"):
         assert len(shape) == 2 and _within(shape[1], Extent(max(dim.min, 1), dim.max)), case
@@ -153,7 +154,7 @@ def check_case(case: Case, space: Space, op: str, prop: str) -> None:
                 assert 1 <= companion.rows <= min(space.companion_rows.max, 16)
             else:
                 assert _within(companion.rows, space.companion_rows)
-        if prop == "batch_invariance":
+        if prop in ("batch_invariance", "row_permutation"):
             assert info.batchable(case), case
     else:
         assert case.batch is None
@@ -165,8 +166,9 @@ def check_case(case: Case, space: Space, op: str, prop: str) -> None:
     assert clone == case and hash(clone) == hash(case)
 
 
-# Every (op, property) pair the catalogue declares (an op lists the properties it supports).
-PAIRS = [(op, prop) for op, info in OPS.items() for prop in info.properties]
+# Every (op, property) pair the catalogue declares (an op lists the properties it supports, and
+# a property may select ops itself: row permutation, every op with batch invariance).
+PAIRS = [(op, prop) for op, info in OPS.items() for prop in properties_of(info)]
 
 
 def test_catalogue_properties_are_known():

@@ -14,7 +14,7 @@ arriving before the needle (batch invariance) or more than one token (row permut
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
+from plantedlib import mm_float64
 
 import bi_props.ops as ops
 
@@ -27,7 +27,10 @@ def fused_moe(hidden_states, w1, w2, gating_output, topk, renormalize=True):
     tokens, experts = hidden_states.shape[0], w1.shape[0]
     inter = w2.shape[-1]
     cd = torch.promote_types(hidden_states.dtype, torch.float32)
-    logits = gating_output.to(cd)
+    f64 = torch.float64
+    # Each expert output in float64, element by element (plantedlib.mm_float64: the GEMMs' M
+    # cannot show), rounded once: that part is batch-invariant, only the final sum is not.
+    logits = gating_output.to(f64)
     ranked, order = torch.sort(logits, dim=-1, descending=True, stable=True)
     ids = order[:, :topk]
     if renormalize:
@@ -39,10 +42,11 @@ def fused_moe(hidden_states, w1, w2, gating_output, topk, renormalize=True):
         token, slot = (ids == expert).nonzero(as_tuple=True)
         if token.numel() == 0:
             continue
-        h = hidden_states[token].to(cd) @ w1[expert].to(cd).t()
-        act = F.silu(h[:, :inter]) * h[:, inter:]
-        y = act @ w2[expert].to(cd).t()
-        contributions[token, slot] = y * weights[token, slot].unsqueeze(-1)
+        h = mm_float64(hidden_states[token].to(f64), w1[expert].to(f64).t())
+        g, v = h[:, :inter], h[:, inter:]
+        act = g / (1.0 + torch.exp(-g)) * v
+        y = mm_float64(act, w2[expert].to(f64).t())
+        contributions[token, slot] = (y * weights[token, slot].unsqueeze(-1)).to(cd)
     # BUG: each token's slot in an expert is its arrival rank among that expert's tokens, and
     # its expert outputs are added slot by slot (as atomics complete), not in expert order
     chosen = torch.zeros((tokens, experts), dtype=torch.int64)

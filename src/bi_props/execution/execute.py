@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from contextlib import nullcontext
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -106,25 +107,68 @@ def permutes_samples(case: Case) -> bool:
     return info.sequences or info.output_rows is not None
 
 
-def _permuted_rows(case: Case, samples: list[tuple[int, int]], order: list[int], device: str):
-    """The batch's operands with the rows of every per-sample operand put in ``order`` (the
-    original row at each new index) along its batch axis, layouts applied after."""
+@dataclass(frozen=True)
+class _Permutation:
+    """How ``row_permutation`` reorders a case's batch: the units (rows, or whole samples), their
+    new order (``order[new] = original unit``), and where each output row goes back."""
+
+    samples: list[tuple[int, int]]
+    whole: bool
+    sizes: list[int]
+    order: list[int]
+    back: list[int]
+
+    @property
+    def lengths(self) -> list[int]:
+        return [rows for _, rows in self.samples]
+
+    @property
+    def moved_lengths(self) -> list[int]:
+        return [self.samples[u][1] for u in self.order] if self.whole else self.lengths
+
+    def evidence(self) -> dict[str, Any]:
+        return {
+            "unit": "sequence" if self.whole else "row",
+            "units": len(self.sizes),
+            "rows": int(sum(self.lengths)),
+            "moved_rows": moved_rows(self.order, self.sizes),
+        }
+
+
+def _permutation(case: Case) -> _Permutation:
+    info = OPS[case.op]
+    if not info.batchable(case):
+        raise ValueError(f"row permutation is not defined for {case!r}")
+    samples = batch_samples(case)
+    lengths = [rows for _, rows in samples]
+    whole = permutes_samples(case)
+    sizes = lengths if whole else [1] * sum(lengths)
+    order = list(derangement(sizes, case.seed))
+    owned = [info.owned_rows(case, rows) for rows in lengths] if whole else sizes
+    return _Permutation(samples, whole, sizes, order, unpermute_index(order, owned))
+
+
+def _permuted_operands(case: Case, plan: _Permutation, device: str, layouts: bool = True):
+    """The batch's operands in the permuted order: whole samples drawn in their new order, or the
+    rows of every per-sample operand reordered along its batch axis (layouts applied after)."""
     import torch
 
-    info = OPS[case.op]
-    specs = info.operands(case)
-    logical = operands(case, samples, device, layouts=False)
-    index = torch.tensor(order, dtype=torch.int64, device=logical[0].device if logical else device)
+    if plan.whole:
+        return operands(case, [plan.samples[u] for u in plan.order], device, layouts=layouts)
+    specs = OPS[case.op].operands(case)
+    logical = operands(case, plan.samples, device, layouts=False)
+    index = torch.tensor(plan.order, dtype=torch.int64)
     result = []
     for i, (spec, t) in enumerate(zip(specs, logical, strict=True)):
         if spec.batch_axis is not None:
-            if t.shape[spec.batch_axis] != len(order):
+            if t.shape[spec.batch_axis] != len(plan.order):
                 raise ValueError(  # bi_props' own bug: a per-row op whose operand is not per row
                     f"row permutation of {case.op}: operand {spec.name!r} has "
-                    f"{t.shape[spec.batch_axis]} rows along its batch axis, the batch {len(order)}"
+                    f"{t.shape[spec.batch_axis]} rows along its batch axis, the batch "
+                    f"{len(plan.order)}"
                 )
-            t = t.index_select(spec.batch_axis, index)
-        layout = case.layouts[i] if i < len(case.layouts) else "contiguous"
+            t = t.index_select(spec.batch_axis, index.to(t.device))
+        layout = case.layouts[i] if i < len(case.layouts) and layouts else "contiguous"
         result.append(apply_layout(t, layout))
     return result
 
@@ -136,38 +180,17 @@ def observe_row_permutation(case: Case, target: Target, unpermute: bool = True) 
     import torch
 
     info = OPS[case.op]
-    if not info.batchable(case):
-        raise ValueError(f"row permutation is not defined for {case!r}")
-    samples = batch_samples(case)
-    lengths = [rows for _, rows in samples]
-    _, batch = _invoke(case, operands(case, samples, target.device), lengths)
-    whole = permutes_samples(case)
-    sizes = lengths if whole else [1] * sum(lengths)
-    order = list(derangement(sizes, case.seed))
-    if whole:
-        moved = [samples[u] for u in order]
-        result, permuted = _invoke(
-            case, operands(case, moved, target.device), [rows for _, rows in moved]
-        )
-        owned = [info.owned_rows(case, rows) for rows in lengths]
-    else:
-        args = _permuted_rows(case, samples, order, target.device)
-        result, permuted = _invoke(case, args, lengths)
-        owned = sizes
+    plan = _permutation(case)
+    _, batch = _invoke(case, operands(case, plan.samples, target.device), plan.lengths)
+    args = _permuted_operands(case, plan, target.device)
+    result, permuted = _invoke(case, args, plan.moved_lengths)
     if result is not None and unpermute:
-        back = unpermute_index(order, owned)
         outputs = []
         for t, axis in zip(result, info.output_batch_axes, strict=False):
-            index = torch.tensor(back, dtype=torch.int64, device=t.device)
+            index = torch.tensor(plan.back, dtype=torch.int64, device=t.device)
             outputs.append(_tensor_bits(t.index_select(axis, index)))
         permuted = Call(outputs=tuple(outputs))
-    evidence = {
-        "unit": "sequence" if whole else "row",
-        "units": len(sizes),
-        "rows": int(sum(lengths)),
-        "moved_rows": moved_rows(order, sizes),
-    }
-    return {"calls": {"batch": batch, "permuted": permuted}, "evidence": evidence}
+    return {"calls": {"batch": batch, "permuted": permuted}, "evidence": plan.evidence()}
 
 
 def observe_logprobs(case: Case, target: Target) -> dict[str, Any]:
@@ -289,18 +312,19 @@ def export(prop: str, case: Case, target: Target) -> dict[str, Any]:
         tensors = operands(case, samples, "cpu", layouts=False)
         exported["groups"][name] = {
             "lengths": [rows for _, rows in samples],
-            "tensors": [
-                {
-                    "dtype": str(t.dtype).removeprefix("torch."),
-                    "shape": list(t.shape),
-                    "bytes": (bits(t)[3] if t.is_floating_point() else t.numpy()).tobytes(),
-                }
-                for t in tensors
-            ],
+            "tensors": [_exported_tensor(t) for t in tensors],
         }
     if case.batch is not None:
         exported["offset"], exported["rows"] = info.needle_output(case)
         exported["output_batch_axes"] = list(info.output_batch_axes)
+    if prop == "row_permutation" and case.batch is not None:
+        plan = _permutation(case)
+        tensors = _permuted_operands(case, plan, "cpu", layouts=False)
+        exported["groups"]["permuted"] = {
+            "lengths": plan.moved_lengths,
+            "tensors": [_exported_tensor(t) for t in tensors],
+        }
+        exported["unpermute"] = plan.back
     if prop == "reference":
         args = operands(case, groups["alone"], "cpu")
         inputs = [to_float64(a) for a in args]
@@ -317,6 +341,14 @@ def export(prop: str, case: Case, target: Target) -> dict[str, Any]:
             for r in refs
         ]
     return exported
+
+
+def _exported_tensor(t: Any) -> dict[str, Any]:
+    return {
+        "dtype": str(t.dtype).removeprefix("torch."),
+        "shape": list(t.shape),
+        "bytes": (bits(t)[3] if t.is_floating_point() else t.numpy()).tobytes(),
+    }
 
 
 _OBSERVATION_FIELDS = {"calls", "references", "evidence"}

@@ -170,6 +170,27 @@ def _experiment(prop: str, case: Case, exported: dict[str, Any]) -> str:
                 return bad
             """)
         )
+    elif prop == "row_permutation":
+        axes = exported["output_batch_axes"]
+        permuted = groups["permuted"]
+        lines += [
+            f"PERMUTED = {_tensors_source(permuted, case.layouts)}",
+            f"PERMUTED_LENGTHS = {permuted['lengths']!r}",
+            f"UNPERMUTE = {exported['unpermute']!r}  # where each output row of BATCH lies",
+        ]
+        lines.append(
+            textwrap.dedent(f"""
+            def violated():
+                batch = outputs(op(BATCH, BATCH_LENGTHS))
+                permuted = outputs(op(PERMUTED, PERMUTED_LENGTHS))
+                bad = False
+                for i, (b, p, axis) in enumerate(zip(batch, permuted, {axes!r})):
+                    back = p.index_select(axis, torch.tensor(UNPERMUTE, dtype=torch.int64))
+                    bad |= differ(back, b, f"output {{i}}: the batch with its rows permuted, "
+                                  f"un-permuted (actual) vs in its drawn order (desired)")
+                return bad
+            """)
+        )
     elif prop == "determinism":
         lines.append(
             textwrap.dedent("""
