@@ -203,3 +203,27 @@ def test_the_reproducer_permutes_and_un_permutes(target, op: str, tmp_path) -> N
     path.write_text(repro.script({**finding, "message": ""}, case, exported, setup, "x::"))
     proc = subprocess.run([sys.executable, str(path)], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1 and "REPRODUCES" in proc.stdout, proc.stdout[-2000:]
+
+
+def test_row_permutation_catches_expert_slots_assigned_by_arrival(target, monkeypatch) -> None:
+    """The planted arrival-order fused_moe (tests/planted/planted_arrival_order.py): a token's
+    expert outputs are summed in the order of its arrival slots, which permuting the rows
+    changes; the stock-order fused_moe of the CPU target passes the same case."""
+    import sys
+    from pathlib import Path
+
+    import bi_props.ops as ops
+    from bi_props.execution import execute
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent / "planted"))
+    sys.modules.pop("planted_arrival_order", None)
+    import planted_arrival_order
+
+    case = Case(
+        "fused_moe", "bi_props.ops.fused_moe", "float32", (3, 16, 8, 4, 3), ("contiguous",) * 4,
+        "general", 3, {"renormalize": True}, Batch(1, (Companion(11, 5), Companion(12, 4))),
+    )  # fmt: skip
+    assert _judge(execute.observe_row_permutation(case, target)).ok
+    monkeypatch.setattr(ops, "fused_moe", planted_arrival_order.fused_moe)
+    verdict = _judge(execute.observe_row_permutation(case, target))
+    assert not verdict.ok and verdict.kind == "mismatch", verdict.message
