@@ -84,8 +84,8 @@ def test_the_public_api_and_the_built_in_properties_are_records() -> None:
     assert bi_props.PropertySpec is property_spec.PropertySpec
     assert bi_props.register_property is property_spec.register_property
     assert callable(bi_props.run_op) and callable(bi_props.same_outputs)
-    names = ("routing", "reference", "batch_invariance", "determinism", "parity")
-    assert tuple(property_spec.PROPERTIES)[:5] == names
+    names = ("routing", "reference", "batch_invariance", "row_permutation", "determinism", "parity")
+    assert tuple(property_spec.PROPERTIES)[:6] == names
     assert all(isinstance(s, bi_props.PropertySpec) for s in property_spec.PROPERTIES.values())
     assert all(s.description for s in property_spec.PROPERTIES.values())
     controls = {p for p, s in property_spec.PROPERTIES.items() if s.control}
