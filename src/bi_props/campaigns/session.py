@@ -473,6 +473,7 @@ class Session:
                 "dtype": case.dtype,
                 "shape": list(case.shape),
                 "layouts": list(case.layouts),
+                "padded": case.padded,
                 "values": case.values,
                 "batch_rows": None
                 if case.batch is None

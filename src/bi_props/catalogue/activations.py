@@ -28,6 +28,7 @@ from ._shared import (
     _entry_function,
     _fixed_repro,
     _never_exact,
+    _rows_padded,
     _stock_or_import,
     _x_operand,
     _x_shape,
@@ -185,6 +186,7 @@ OPS: tuple[OpSpec, ...] = (
         # inside a batch of 256 rows its elements are in full vectors (x86 ATen, 2026-12-04).
         control_examples=(ControlExample((1, 15), (255,)),),
         aten_names=("aten::silu",),
+        padded=_rows_padded,
     ),
     OpSpec(
         name="silu_and_mul",
@@ -202,6 +204,7 @@ OPS: tuple[OpSpec, ...] = (
         # A transposed input: the batch moves the needle's elements between the vector body and
         # the scalar tail of silu (x86 ATen, 2026-12-04).
         control_examples=(ControlExample((4, 95), (15,), layouts=("transposed",)),),
+        padded=_rows_padded,
     ),
     OpSpec(
         name="gelu_and_mul",
@@ -221,5 +224,6 @@ OPS: tuple[OpSpec, ...] = (
         control_examples=(
             ControlExample((4, 47), (15,), {"approximate": "tanh"}, layouts=("transposed",)),
         ),
+        padded=_rows_padded,
     ),
 )

@@ -110,6 +110,9 @@ class Space:
     max_sequences: int = 64
     max_batch_tokens: int = 4096
     thresholds: tuple[int, ...] = THRESHOLDS
+    # Ops that allow it (OpSpec.padded) draw the padded layout, a batch padded to a length
+    # (Case.padded), in some examples; false: packed batches only.
+    padded: bool = True
     attention_length: Extent = Extent(1, 48)
     head_dims: tuple[int, ...] = (8, 16, 32, 64)
     op_dim: dict[str, Extent] = field(default_factory=dict)
@@ -152,6 +155,7 @@ _SECTIONS: dict[str, dict[str, str]] = {
         "max_sequences": "int",
         "max_batch_tokens": "int",
         "thresholds": "list[int]",
+        "padded": "bool",
     },
     "attention": {"length": "extent", "head_dims": "list[int]"},
     "scenarios": {
@@ -302,6 +306,7 @@ def parse(data: dict[str, Any], source: str, profile: str) -> Space:
         ("batch", "companion_rows"): "companion_rows",
         ("batch", "max_sequences"): "max_sequences",
         ("batch", "max_batch_tokens"): "max_batch_tokens",
+        ("batch", "padded"): "padded",
         ("attention", "length"): "attention_length",
     }
     for key, name in simple.items():

@@ -261,17 +261,18 @@ def _batch_reach(r: dict) -> list[str]:
         "## Batches reached (this run)\n",
         "Largest batch-wide quantities per batched cell, and per named threshold how many "
         "examples crossed it (the needle alone below it, its batch at or above it).\n",
-        "| target | cell | examples | largest total rows / sequences / longest "
-        "| total rows crossed | sequences crossed | longest crossed |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| target | cell | examples | largest total rows / sequences / longest / padded "
+        "| total rows crossed | sequences crossed | longest crossed | padded crossed |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for e in entries:
         largest = e["largest"]
         out.append(
             f"| {_cell(e['target'])} | {_cell(cell_name(e['op'], e['property'], e['switch']))} "
             f"| {e['examples']} | {largest['total_rows']} / {largest['sequences']} / "
-            f"{largest['longest']} | {_crossed(e['crossed']['total_rows'])} | "
-            f"{_crossed(e['crossed']['sequences'])} | {_crossed(e['crossed']['longest'])} |"
+            f"{largest['longest']} / {largest['padded']} | "
+            f"{_crossed(e['crossed']['total_rows'])} | {_crossed(e['crossed']['sequences'])} | "
+            f"{_crossed(e['crossed']['longest'])} | {_crossed(e['crossed']['padded'])} |"
         )
     out.append("")
     return out
