@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..model.case import Case
+from ..model.case import BIT_PATTERNS, PATTERNS, Case
 from ..model.compare import round_to_bits
 from ..model.op_registry import OPS
 
@@ -149,10 +149,32 @@ def operands(
                 array = np.stack([_pad(part, length) for part in parts])
             else:
                 array = np.concatenate(parts, axis=spec.batch_axis)
-        tensor = _to_tensor(array, "int64" if spec.tokens else case.dtype, device)
+        if case.values == BIT_PATTERNS and index == 0:
+            tensor = _pattern_tensor(case, device)
+        else:
+            tensor = _to_tensor(array, "int64" if spec.tokens else case.dtype, device)
         layout = case.layouts[index] if index < len(case.layouts) and layouts else "contiguous"
         result.append(apply_layout(tensor, layout))
     return result
+
+
+def patterns(case: Case) -> np.ndarray:
+    """The uint16 bit patterns of a ``BIT_PATTERNS`` case: ``(seed + i) mod 65536`` over its
+    (rows, cols) shape."""
+    rows, cols = case.shape[0], case.shape[1]
+    flat = (case.seed + np.arange(rows * cols, dtype=np.int64)) % PATTERNS
+    return flat.astype(np.uint16).reshape(rows, cols)
+
+
+def _pattern_tensor(case: Case, device: str) -> Any:
+    """The swept operand, bit for bit (no float64 round trip: every NaN payload survives)."""
+    import torch
+
+    if case.dtype not in ("bfloat16", "float16") or OPS[case.op].sweep is None:
+        raise ValueError(f"{case.op} {case.dtype}: no exhaustive 16-bit sweep")
+    bits = np.ascontiguousarray(OPS[case.op].sweep(case, patterns(case)), dtype=np.uint16)
+    t = torch.from_numpy(bits.view(np.int16)).view(getattr(torch, case.dtype))
+    return t.to(device)
 
 
 def needle(case: Case) -> list[tuple[int, int]]:

@@ -19,6 +19,13 @@ the stock op it replaces breaks the contract there, raising or changing the outp
 PARITY_EXTRA_EVERY = 8
 LAYOUTS = ("contiguous", "transposed", "offset", "strided")
 VALUE_CLASSES = ("exact", "general", "wide", "special")
+BIT_PATTERNS = "bit_patterns"
+"""The value class of the exhaustive 16-bit sweep (never drawn): element i of the swept operand
+holds the bit pattern ``(seed + i) mod 65536`` of the case's 16-bit dtype, every NaN payload,
+infinity and subnormal included. A (256, 256) case at seed 0 holds all 65,536 patterns; a (1, 1)
+case at seed p holds pattern p alone (what a sweep's finding shrinks to)."""
+SWEEP_DTYPES = ("bfloat16", "float16")
+PATTERNS = 1 << 16
 SWITCH_STATES = ("enabled", "disabled")
 
 

@@ -100,6 +100,8 @@ class Space:
     parity_dtypes: tuple[str, ...] = PARITY_DTYPES
     layouts: tuple[str, ...] = LAYOUTS
     values: tuple[str, ...] = VALUE_CLASSES
+    # Elementwise ops (OpSpec.sweep): every bf16 and fp16 bit pattern once per campaign.
+    exhaustive: bool = True
     rows: Extent = Extent(1, 600)
     dim: Extent = Extent(0, 256)
     boundaries: tuple[int, ...] = (16, 32, 64, 128, 256)
@@ -147,7 +149,7 @@ _SECTIONS: dict[str, dict[str, str]] = {
     "ops": {"include": "list[str]", "exclude": "list[str]"},
     "dtypes": {"choices": "list[str]", "parity": "list[str]"},
     "layouts": {"choices": "list[str]"},
-    "values": {"choices": "list[str]"},
+    "values": {"choices": "list[str]", "exhaustive": "bool"},
     "shapes": {"rows": "extent", "dim": "extent", "boundaries": "list[int]"},
     "batch": {
         "max_companions": "int",
@@ -307,6 +309,7 @@ def parse(data: dict[str, Any], source: str, profile: str) -> Space:
         ("batch", "max_sequences"): "max_sequences",
         ("batch", "max_batch_tokens"): "max_batch_tokens",
         ("batch", "padded"): "padded",
+        ("values", "exhaustive"): "exhaustive",
         ("attention", "length"): "attention_length",
     }
     for key, name in simple.items():
