@@ -13,7 +13,7 @@ import pytest
 from bi_props.model.case import BIT_PATTERNS, parse_case
 from planted_fuzz import fuzz_planted
 
-BUDGET_S = 20
+BUDGET_S = 30
 RARE = 0x4B80  # planted_rare_pattern.RARE
 
 SPACE = """

@@ -302,7 +302,8 @@ def _sweeps(r: dict) -> list[str]:
         ulps = "-" if observed is None else f"{observed} / {allowed:.4g}"
         options = ", ".join(f"{k}={v}" for k, v in (e.get("options") or {}).items()) or "-"
         out.append(
-            f"| {_cell(r.get('target'))} | {_cell(e['op'])} | {e['switch']} | {e['dtype']} | "
+            f"| {_cell(e.get('target') or r.get('target'))} | {_cell(e['op'])} | {e['switch']} | "
+            f"{e['dtype']} | "
             f"{_cell(options)} | {e['patterns']} | {result} | {ulps} |"
         )
     out.append("")
