@@ -1,7 +1,8 @@
 """Time to bug: how soon `bi-props fuzz` (default profile) reports each planted bug class.
 
-Each planted library in tests/planted/ carries one bug class in its ``mm`` kernel (issue 21's
-in its ``rms_norm`` or ``fused_moe``: ``KERNEL``, run on that op alone). Here each is
+Each planted library in tests/planted/ carries one bug class in its ``mm`` kernel or in the
+kernel ``KERNEL`` names (issue 21's classes: ``rms_norm`` or ``fused_moe``, run on that op alone).
+Here each is
 wrapped so that its kernel is about ``--slowdown`` times slower: the wrapper times each call of the
 library's own kernel and then sleeps (slowdown - 1) times that long (a sleep, not a slow path: the
 results are the library's, bit for bit). The kernels are already elementwise Python loops, slower
@@ -43,14 +44,20 @@ EXPECTED = {
     "planted_switch_leak": ("mm", "routing", "disabled"),
     "planted_crash": ("mm", "*", "enabled"),
     "planted_hang": ("mm", "*", "enabled"),
-    # issue 21's classes: a batch-wide switch (rows, arrival order) in another op's kernel
+    # issue 21's classes: a batch-wide switch (rows, arrival order, padding) in another op's kernel
     "planted_reduction_switch": ("rms_norm", "batch_invariance", "enabled"),
     "planted_arrival_order": ("fused_moe", "*", "enabled"),
+    "planted_padded_length": ("rms_norm", "batch_invariance", "enabled"),
 }
 CORRECT = "planted_correct"
-KERNEL = {"planted_reduction_switch": "rms_norm", "planted_arrival_order": "fused_moe"}
-"""The library's kernel the wrapper slows down, where it is not ``mm``; such a library's
-campaign runs on its op alone (``--ops``), as its campaign test does."""
+KERNEL = {
+    "planted_reduction_switch": "rms_norm",
+    "planted_arrival_order": "fused_moe",
+    "planted_padded_length": "rms_norm",
+}
+"""The library's kernel the wrapper slows down, where it is not ``mm`` (the library's own
+``enable`` installs it, looked up when it runs); such a library's campaign runs on its op alone
+(``--ops``), as its campaign test does."""
 
 WRAPPER = '''"""{lib}, its kernel made about {slowdown}x slower (time.sleep after each call)."""
 import time

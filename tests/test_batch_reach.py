@@ -7,6 +7,8 @@ condition): a batch quantity the strategy can reach is found, and shrinks to the
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import HealthCheck, Phase, find, settings
 
@@ -35,8 +37,8 @@ def _total(case: Case) -> int:
 
 def test_quantities_of_the_needle_alone_and_of_its_batch() -> None:
     alone, batch = batch_quantities(_case(3, 100, 200))
-    assert alone == {"total_rows": 3, "sequences": 1, "longest": 3}
-    assert batch == {"total_rows": 303, "sequences": 3, "longest": 200}
+    assert alone == {"total_rows": 3, "sequences": 1, "longest": 3, "padded": 0}
+    assert batch == {"total_rows": 303, "sequences": 3, "longest": 200, "padded": 0}
     assert batch_quantities(Case("mm", "x", "float32", (1, 2, 3), (), "general", 0)) is None
 
 
@@ -46,10 +48,25 @@ def test_a_threshold_is_crossed_only_between_the_needle_and_its_batch() -> None:
     reach.add(_case(3, 253))  # total 256, 2 sequences
     data = reach.to_json()
     assert data["examples"] == 2
-    assert data["largest"] == {"total_rows": 256, "sequences": 3, "longest": 253}
+    assert data["largest"] == {"total_rows": 256, "sequences": 3, "longest": 253, "padded": 0}
     # 2 lies below the needle's own 3 rows: crossed by no example, whatever the batch
     assert data["crossed"]["total_rows"] == {"2": 0, "4": 2, "256": 1, "300": 0}
     assert data["crossed"]["sequences"] == {"2": 2, "4": 0, "256": 0, "300": 0}
+
+
+def test_the_padded_length_is_a_quantity_crossed_from_the_needle_alone() -> None:
+    """A padded case (issue 21): the needle alone is laid out at its own length, the batch at the
+    padded length (at least the longest sample's rows): a switch on L is crossed in between."""
+    case = replace(_case(3, 20), padded=32)
+    alone, batch = batch_quantities(case)
+    assert (alone["padded"], batch["padded"]) == (3, 32)
+    assert batch_quantities(replace(case, padded=8))[1]["padded"] == 20  # never below the longest
+    reach = BatchReach((16, 32, 33))
+    reach.add(case)
+    reach.add(_case(3, 40))  # packed: no padded length at all
+    data = reach.to_json()
+    assert data["largest"]["padded"] == 32
+    assert data["crossed"]["padded"] == {"16": 1, "32": 1, "33": 0}
 
 
 def test_shards_of_one_cell_merge() -> None:
@@ -119,7 +136,7 @@ def test_the_report_shows_how_far_each_cell_reached() -> None:
     lines = _batch_reach({"target": "cpu", "batch_reach": [{**entry, **reach.to_json()}]})
     text = "\n".join(lines)
     assert "## Batches reached" in text
-    assert "| 1 | 303 / 3 / 300 | 10: 1, 256: 1 | none | 10: 1, 256: 1 |" in text, text
+    assert "| 1 | 303 / 3 / 300 / 0 | 10: 1, 256: 1 | none | 10: 1, 256: 1 | none |" in text, text
     assert _batch_reach({"batch_reach": []}) == []
 
 

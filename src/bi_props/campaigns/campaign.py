@@ -528,6 +528,9 @@ class Ledger:
                 "batch_reach": [  # this run's sessions (a resumed run starts its count anew)
                     {**b, "target": t} for t, r in reports.items() for b in r.get("batch_reach", [])
                 ],
+                "sweeps": [  # every target's exhaustive 16-bit sweeps (campaigns/sweep.py)
+                    {**w, "target": t} for t, r in reports.items() for w in r.get("sweeps", [])
+                ],
                 "profile": self.space.profile,
                 "strategies": self.space.source,
                 "examples": previous_examples + this_run,

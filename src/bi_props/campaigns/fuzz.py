@@ -179,6 +179,11 @@ def run_slice(
     # them, and do not replay the database: a skipped failure would be deleted from it.
     first_turn = cell.turns == 0
     cell.turns += 1
+    if first_turn and cell.prop == "reference" and hasattr(session, "swept"):
+        # once per campaign: every 16-bit pattern through an elementwise op
+        from .sweep import run_sweeps
+
+        run_sweeps(session, cell.op, cell.switch)
     is_settled = getattr(session, "settled", lambda signature: False)
     same_failure = getattr(session, "same_failure", lambda failure: None)
     skipped = getattr(session, "skipped_known", {})

@@ -205,6 +205,9 @@ class Session:
     # comparisons made, and the (op, switch) pairs that differed (then every case is due).
     _second: Runner | None = field(default=None, repr=False)
     cross_process_checks: int = 0
+    # The exhaustive 16-bit sweeps run (campaigns/sweep.py): report.json's "sweeps".
+    sweeps: list[dict] = field(default_factory=list)
+    swept: set[tuple] = field(default_factory=set, repr=False)
     _cross_hot: set[tuple[str, str]] = field(default_factory=set, repr=False)
 
     def __repr__(self) -> str:  # Hypothesis prints the fixture in every falsifying example
@@ -473,6 +476,7 @@ class Session:
                 "dtype": case.dtype,
                 "shape": list(case.shape),
                 "layouts": list(case.layouts),
+                "padded": case.padded,
                 "values": case.values,
                 "batch_rows": None
                 if case.batch is None
@@ -803,6 +807,7 @@ class Session:
                 for (op, prop, switch), reach in self.batch_reach.items()
             ],
             "cross_process_checks": self.cross_process_checks,
+            "sweeps": list(self.sweeps),
             "switching": self.switching or {"ok": None, "message": "not judged yet"},
         }
 

@@ -28,6 +28,7 @@ from ._shared import (
     _entry_function,
     _fixed_repro,
     _never_exact,
+    _rows_padded,
     _stock_or_import,
     _x_operand,
     _x_shape,
@@ -152,6 +153,21 @@ def _gelu_and_mul_repro(case: Case) -> tuple[str, str]:
     return definition, f"gelu_and_mul(args[0], {case.opt('approximate', 'none')!r})"
 
 
+_ONE_BITS = {"bfloat16": 0x3F80, "float16": 0x3C00}
+
+
+def _sweep_whole(case: Case, patterns: np.ndarray) -> np.ndarray:
+    """silu's exhaustive sweep: the input is the patterns."""
+    return patterns
+
+
+def _sweep_gated(case: Case, patterns: np.ndarray) -> np.ndarray:
+    """A gated activation's sweep: the patterns as the activation half, 1.0 as the other (the
+    product is then the activation itself, rounded once more)."""
+    ones = np.full(patterns.shape, _ONE_BITS[case.dtype], dtype=np.uint16)
+    return np.concatenate([patterns, ones], axis=1)
+
+
 def draw_rows_by_dim(draw: Any, ctx: Any) -> Shape:
     """(m, n): silu."""
     return (draw(ctx.rows), draw(ctx.dim)), {}
@@ -185,6 +201,8 @@ OPS: tuple[OpSpec, ...] = (
         # inside a batch of 256 rows its elements are in full vectors (x86 ATen, 2026-12-04).
         control_examples=(ControlExample((1, 15), (255,)),),
         aten_names=("aten::silu",),
+        sweep=_sweep_whole,
+        padded=_rows_padded,
     ),
     OpSpec(
         name="silu_and_mul",
@@ -202,6 +220,8 @@ OPS: tuple[OpSpec, ...] = (
         # A transposed input: the batch moves the needle's elements between the vector body and
         # the scalar tail of silu (x86 ATen, 2026-12-04).
         control_examples=(ControlExample((4, 95), (15,), layouts=("transposed",)),),
+        sweep=_sweep_gated,
+        padded=_rows_padded,
     ),
     OpSpec(
         name="gelu_and_mul",
@@ -221,5 +241,7 @@ OPS: tuple[OpSpec, ...] = (
         control_examples=(
             ControlExample((4, 47), (15,), {"approximate": "tanh"}, layouts=("transposed",)),
         ),
+        sweep=_sweep_gated,
+        padded=_rows_padded,
     ),
 )

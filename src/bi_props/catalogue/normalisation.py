@@ -28,6 +28,7 @@ from ._shared import (
     Shape,
     _entry_function,
     _never_exact,
+    _rows_padded,
     _stock_or_import,
 )
 
@@ -370,6 +371,7 @@ OPS: tuple[OpSpec, ...] = (
         # batch's rows, a scalar chain for the needle alone (x86 ATen, 2026-12-04).
         control_examples=(ControlExample((1, 97), (249,), layouts=("transposed", "contiguous")),),
         aten_names=("aten::rms_norm",),
+        padded=_rows_padded,
     ),
     OpSpec(
         name="add_rms_norm",
@@ -390,6 +392,7 @@ OPS: tuple[OpSpec, ...] = (
         control_examples=(
             ControlExample((1, 64), (255,), layouts=("transposed", "contiguous", "contiguous")),
         ),
+        padded=_rows_padded,
     ),
     OpSpec(
         name="fused_add_rms_norm",
@@ -421,6 +424,7 @@ OPS: tuple[OpSpec, ...] = (
                 seed=100,
             ),
         ),
+        padded=_rows_padded,
     ),
     OpSpec(
         name="layer_norm",
@@ -437,5 +441,6 @@ OPS: tuple[OpSpec, ...] = (
         draw_shape=draw_layer_norm,
         repro_call=_layer_norm_repro,
         aten_names=("aten::layer_norm", "aten::native_layer_norm"),
+        padded=_rows_padded,
     ),
 )

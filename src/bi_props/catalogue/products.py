@@ -76,6 +76,11 @@ def _matmul_shapes(case: Case, rows: int) -> tuple[tuple[int, ...], ...]:
     return ((rows, m, k), (k, n))
 
 
+def _matmul_padded(case: Case) -> bool:
+    """The padded layout for forms whose rows are independent: (b, l, k) @ (k, n) or (k,)."""
+    return case.opt("form", "2d") in ("2d", "vector")
+
+
 def _matmul_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]) -> Any:
     import torch
 
@@ -170,6 +175,11 @@ def _linear_shapes(case: Case, rows: int) -> tuple[tuple[int, ...], ...]:
         x = (rows, k)
     shapes: tuple[tuple[int, ...], ...] = (x, (n, k))
     return (*shapes, (n,)) if case.opt("bias", True) else shapes
+
+
+def _linear_padded(case: Case) -> bool:
+    """The padded layout for the 2-D form: (b, l, k) x weight (n, k)."""
+    return case.opt("form", "2d") == "2d"
 
 
 def _linear_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]) -> Any:
@@ -302,6 +312,7 @@ OPS: tuple[OpSpec, ...] = (
         repro_call=_matmul_repro,
         control_examples=_product_controls(form="2d"),
         aten_names=("aten::mv", "aten::dot", "aten::matmul"),
+        padded=_matmul_padded,
     ),
     OpSpec(
         name="bmm",
@@ -354,5 +365,6 @@ OPS: tuple[OpSpec, ...] = (
         repro_call=_fixed_repro("F.linear(*args)"),
         control_examples=_product_controls(bias=True, form="2d"),
         aten_names=("aten::linear",),
+        padded=_linear_padded,
     ),
 )

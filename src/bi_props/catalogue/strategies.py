@@ -234,6 +234,29 @@ def _batch(
     return Batch(position=position, companions=tuple(companions))
 
 
+PADDINGS = ("longest", "switch point", "beyond")
+"""How a padded case's length is drawn: the batch's longest sample (padding only the shorter
+ones), a switch point at or above it (a CUDA-graph bucket: 16, 32, 64...), or a few rows beyond."""
+
+
+def _padded(draw: st.DrawFn, space: Space, case: Case) -> int:
+    """Half of the time, where the op allows it (``OpSpec.padded``), the padded layout: every
+    sample padded to one length (``Case.padded``; 0 packed, where shrinking goes). The cost stays
+    bounded: samples x length <= max(samples x longest, the space's ``max_batch_tokens``)."""
+    if not draw(st.booleans()):
+        return 0
+    rows = [case.shape[0], *(c.rows for c in (case.batch.companions if case.batch else ()))]
+    longest = max(rows)
+    cap = max(longest, space.max_batch_tokens // len(rows))
+    how = draw(choice(PADDINGS))
+    points = tuple(t for t in space.switch_points if longest <= t <= cap)
+    if how == "switch point" and points:
+        return int(draw(choice(points)))
+    if how == "beyond":
+        return min(longest + draw(integers(1, 16)), cap)
+    return longest
+
+
 _EXTRA_DTYPE = (False,) * (PARITY_EXTRA_EVERY - 1) + (True,)
 """sampled_from draws an index about uniformly (integers() favours small values) and shrinks
 toward False."""
@@ -271,6 +294,8 @@ def cases(
     if spec.batched:
         batch = _batch(draw, space, info, prop, int(shape[0]) if shape else 0)
         case = case.with_batch(batch)
+    if space.padded and info.padded is not None and shape and info.padded(case):
+        case = case.with_padded(_padded(draw, space, case))
     return case
 
 
@@ -307,6 +332,7 @@ __all__ = [
     "ENGINE_MAX_COMPANIONS",
     "ENGINE_MAX_TOKENS",
     "ORDER_SENSITIVE",
+    "PADDINGS",
     "ShapeContext",
     "boundary_values",
     "cases",

@@ -19,7 +19,17 @@ from ..model.observation import Call, Observation, TensorBits
 from ..model.op_registry import OPS
 from ..model.permutation import derangement, moved_rows, unpermute_index
 from ..model.target import Target
-from .materialize import apply_layout, batch_samples, bits, needle, operands, row_slice, to_float64
+from .materialize import (
+    alone_case,
+    apply_layout,
+    batch_samples,
+    bits,
+    needle,
+    operands,
+    row_slice,
+    to_float64,
+    unpad,
+)
 
 
 def _as_tuple(result: Any) -> tuple[Any, ...]:
@@ -35,11 +45,15 @@ def _invoke(
     case: Case, args: list[Any], lengths: list[int], around: Any = None
 ) -> tuple[tuple[Any, ...] | None, Call]:
     """Call the case's entry point; an exception is an observation, not a crash of the worker.
-    ``around``: a context manager entered around the entry's call alone (a dispatcher trace)."""
+    ``around``: a context manager entered around the entry's call alone (a dispatcher trace).
+    A padded case's outputs are cut back to each sample's real rows (``unpad``): no property
+    ever compares padding rows."""
     info = OPS[case.op]
     try:
         with around if around is not None else nullcontext():
             result = _as_tuple(info.call(case.entry, args, case, lengths))
+        if case.padded:
+            result = tuple(unpad(t, lengths) for t in result)
     except Exception as exc:  # the op's own error: part of its contract
         return None, Call(error_type=type(exc).__name__, error_message=str(exc)[:2000])
     return result, Call(outputs=tuple(_tensor_bits(t) for t in result))
@@ -66,8 +80,9 @@ def observe_reference(case: Case, target: Target) -> dict[str, Any]:
     lengths = [rows for _, rows in samples]
     _, call = _invoke(case, args, lengths)
     refs = None
-    if not call.raised:
-        inputs = [to_float64(a) for a in args]
+    if not call.raised:  # a padded case: the reference of the real rows alone
+        packed = operands(case.with_padded(0), samples, target.device) if case.padded else args
+        inputs = [to_float64(a) for a in packed]
         refs = OPS[case.op].references(inputs, case, lengths, target.precision(case.op))
     return {"calls": {"op": call}, "references": refs}
 
@@ -75,12 +90,15 @@ def observe_reference(case: Case, target: Target) -> dict[str, Any]:
 def observe_batch_invariance(
     case: Case, target: Target, profile_ops: bool = False
 ) -> dict[str, Any]:
-    """The needle alone, and the needle's rows cut out of the batched result."""
+    """The needle alone, and the needle's rows cut out of the batched result. In a padded case
+    the needle alone is laid out at its own length and the batch at the padded length: the
+    needle's rows must not depend on how far the batch is padded."""
     info = OPS[case.op]
     if not info.batchable(case) or case.batch is None:
         raise ValueError(f"batch invariance is not defined for {case!r}")
     alone_samples, batch = needle(case), batch_samples(case)
-    _, alone = _invoke(case, operands(case, alone_samples, target.device), [case.shape[0]])
+    single = alone_case(case)
+    _, alone = _invoke(single, operands(single, alone_samples, target.device), [case.shape[0]])
     batch_args = operands(case, batch, target.device)
     evidence: dict[str, Any] = {}
     if profile_ops:  # which ops the composition used, for the report of a logprobs finding
@@ -307,9 +325,10 @@ def export(prop: str, case: Case, target: Target) -> dict[str, Any]:
 
     if get(prop).batched and case.batch is not None:
         groups["batch"] = batch_samples(case)
-    exported: dict[str, Any] = {"groups": {}}
+    exported: dict[str, Any] = {"groups": {}, "padded": bool(case.padded)}
     for name, samples in groups.items():
-        tensors = operands(case, samples, "cpu", layouts=False)
+        laid_out = alone_case(case) if name == "alone" and "batch" in groups else case
+        tensors = operands(laid_out, samples, "cpu", layouts=False)
         exported["groups"][name] = {
             "lengths": [rows for _, rows in samples],
             "tensors": [_exported_tensor(t) for t in tensors],
@@ -326,7 +345,7 @@ def export(prop: str, case: Case, target: Target) -> dict[str, Any]:
         }
         exported["unpermute"] = plan.back
     if prop == "reference":
-        args = operands(case, groups["alone"], "cpu")
+        args = operands(case.with_padded(0), groups["alone"], "cpu")
         inputs = [to_float64(a) for a in args]
         refs = info.references(inputs, case, [case.shape[0]], target.precision(case.op))
         exported["references"] = [

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..model.case import Case
+from ..model.case import BIT_PATTERNS, PATTERNS, Case
 from ..model.compare import round_to_bits
 from ..model.op_registry import OPS
 
@@ -88,13 +88,50 @@ def to_float64(t: Any) -> np.ndarray:
     return t.detach().to("cpu").to(torch.float64).numpy()
 
 
+PAD_POISON = np.array([np.nan, 2.0**14, -(2.0**14)])
+"""What padding rows hold, cycling by element: NaN and large values of both signs (exact in
+every float dtype), so that a kernel that reads padding into a real row changes that row (NaN
+spreads through sums, products and max; 2^14 squared overflows float16)."""
+
+
+def padded_length(case: Case, samples: Sequence[tuple[int, int]]) -> int:
+    """The length every sample is padded to in a padded case (at least the longest sample's
+    rows, whatever ``case.padded`` says after shrinking); 0 for a packed case."""
+    if not case.padded:
+        return 0
+    return max(case.padded, *(rows for _, rows in samples))
+
+
+def alone_case(case: Case) -> Case:
+    """The needle alone, as batch invariance runs it: a padded case laid out at the needle's own
+    length (no padding rows), so that the batch's padded length is the difference."""
+    return case.with_padded(case.shape[0]) if case.padded else case
+
+
+def _pad(part: np.ndarray, length: int) -> np.ndarray:
+    """One sample's (rows, ...) values padded with ``PAD_POISON`` to (length, ...)."""
+    pad = np.resize(PAD_POISON, (length - part.shape[0], *part.shape[1:]))
+    return np.concatenate([part, pad], axis=0)
+
+
+def unpad(t: Any, lengths: Sequence[int]) -> Any:
+    """A padded output (samples, length, ...) cut back to the real rows of each sample, packed:
+    (sum of lengths, ...), as the op's packed output would be. Padding rows are never compared."""
+    import torch
+
+    return torch.cat([t[i, :rows] for i, rows in enumerate(lengths)], dim=0)
+
+
 def operands(
     case: Case, samples: Sequence[tuple[int, int]], device: str, layouts: bool = True
 ) -> list[Any]:
-    """The op's tensors for ``samples`` [(seed, rows), ...] concatenated along batch axes
-    (contiguous, with ``layouts=False``: the logical values a reproducer writes out)."""
+    """The op's tensors for ``samples`` [(seed, rows), ...] concatenated along batch axes, or in
+    a padded case (``Case.padded``) stacked as (samples, padded length, ...) with poisoned
+    padding rows (contiguous, with ``layouts=False``: the logical values a reproducer writes
+    out)."""
     info = OPS[case.op]
     specs = info.operands(case)
+    length = padded_length(case, samples)
     result = []
     for index, spec in enumerate(specs):
         draw = _tokens(spec.tokens) if spec.tokens else values
@@ -106,11 +143,38 @@ def operands(
                 draw(info.operand_shapes(case, rows)[index], seed, index, case)
                 for seed, rows in samples
             ]
-            array = np.concatenate(parts, axis=spec.batch_axis)
-        tensor = _to_tensor(array, "int64" if spec.tokens else case.dtype, device)
+            if length and (spec.batch_axis != 0 or spec.tokens):
+                raise ValueError(f"{case.op}: operand {spec.name!r} cannot be padded")
+            if length:
+                array = np.stack([_pad(part, length) for part in parts])
+            else:
+                array = np.concatenate(parts, axis=spec.batch_axis)
+        if case.values == BIT_PATTERNS and index == 0:
+            tensor = _pattern_tensor(case, device)
+        else:
+            tensor = _to_tensor(array, "int64" if spec.tokens else case.dtype, device)
         layout = case.layouts[index] if index < len(case.layouts) and layouts else "contiguous"
         result.append(apply_layout(tensor, layout))
     return result
+
+
+def patterns(case: Case) -> np.ndarray:
+    """The uint16 bit patterns of a ``BIT_PATTERNS`` case: ``(seed + i) mod 65536`` over its
+    (rows, cols) shape."""
+    rows, cols = case.shape[0], case.shape[1]
+    flat = (case.seed + np.arange(rows * cols, dtype=np.int64)) % PATTERNS
+    return flat.astype(np.uint16).reshape(rows, cols)
+
+
+def _pattern_tensor(case: Case, device: str) -> Any:
+    """The swept operand, bit for bit (no float64 round trip: every NaN payload survives)."""
+    import torch
+
+    if case.dtype not in ("bfloat16", "float16") or OPS[case.op].sweep is None:
+        raise ValueError(f"{case.op} {case.dtype}: no exhaustive 16-bit sweep")
+    bits = np.ascontiguousarray(OPS[case.op].sweep(case, patterns(case)), dtype=np.uint16)
+    t = torch.from_numpy(bits.view(np.int16)).view(getattr(torch, case.dtype))
+    return t.to(device)
 
 
 def needle(case: Case) -> list[tuple[int, int]]:
@@ -148,4 +212,14 @@ def row_slice(offset: int, rows: int, axis: int, ndim: int) -> tuple[slice, ...]
     return tuple(index)
 
 
-__all__ = ["apply_layout", "batch_samples", "bits", "needle", "operands", "to_float64"]
+__all__ = [
+    "alone_case",
+    "apply_layout",
+    "batch_samples",
+    "bits",
+    "needle",
+    "operands",
+    "padded_length",
+    "to_float64",
+    "unpad",
+]

@@ -16,9 +16,11 @@ from typing import Any
 
 from .case import Case
 
-QUANTITIES = ("total_rows", "sequences", "longest")
+QUANTITIES = ("total_rows", "sequences", "longest", "padded")
 """Batch-wide quantities, each for the needle alone and for its whole batch. Rows are the
-extent along the batch axis (``Case.shape[0]``: rows, tokens, a sequence's context)."""
+extent along the batch axis (``Case.shape[0]``: rows, tokens, a sequence's context);
+``padded`` the length a padded case pads every sample to (the needle alone is laid out at its own
+length; 0 for a packed case)."""
 
 
 def batch_quantities(case: Case) -> tuple[dict[str, int], dict[str, int]] | None:
@@ -27,11 +29,14 @@ def batch_quantities(case: Case) -> tuple[dict[str, int], dict[str, int]] | None
         return None
     needle = int(case.shape[0]) if case.shape else 0
     rows = [c.rows for c in case.batch.companions]
+    longest = max([needle, *rows])
     alone = {"total_rows": needle, "sequences": 1, "longest": needle}
+    alone["padded"] = needle if case.padded else 0
     batch = {
         "total_rows": needle + sum(rows),
         "sequences": 1 + len(rows),
-        "longest": max([needle, *rows]),
+        "longest": longest,
+        "padded": max(case.padded, longest) if case.padded else 0,
     }
     return alone, batch
 

@@ -19,6 +19,13 @@ the stock op it replaces breaks the contract there, raising or changing the outp
 PARITY_EXTRA_EVERY = 8
 LAYOUTS = ("contiguous", "transposed", "offset", "strided")
 VALUE_CLASSES = ("exact", "general", "wide", "special")
+BIT_PATTERNS = "bit_patterns"
+"""The value class of the exhaustive 16-bit sweep (never drawn): element i of the swept operand
+holds the bit pattern ``(seed + i) mod 65536`` of the case's 16-bit dtype, every NaN payload,
+infinity and subnormal included. A (256, 256) case at seed 0 holds all 65,536 patterns; a (1, 1)
+case at seed p holds pattern p alone (what a sweep's finding shrinks to)."""
+SWEEP_DTYPES = ("bfloat16", "float16")
+PATTERNS = 1 << 16
 SWITCH_STATES = ("enabled", "disabled")
 
 
@@ -70,6 +77,11 @@ class Case:
     seed: int
     options: Mapping[str, Any] = field(default_factory=dict)
     batch: Batch | None = None
+    padded: int = 0
+    """Padded layout (0: packed): every sample's rows padded to this length, the per-sample
+    operands laid out ``(samples, padded, ...)`` as HF models and CUDA-graph buckets pad a batch
+    (``OpSpec.padded`` says which cases may be); padding rows hold poison values. Materialised
+    as at least the longest sample's rows."""
 
     def __post_init__(self) -> None:
         # Freeze options as sorted pairs so that equal cases compare and hash equal.
@@ -81,6 +93,9 @@ class Case:
 
     def with_batch(self, batch: Batch | None) -> Case:
         return replace(self, batch=batch, options=dict(self.options))
+
+    def with_padded(self, padded: int) -> Case:
+        return replace(self, padded=padded, options=dict(self.options))
 
     def __repr__(self) -> str:
         parts = [
@@ -96,6 +111,8 @@ class Case:
             parts.append(f"options={dict(self.options)!r}")
         if self.batch is not None:
             parts.append(f"batch={self.batch!r}")
+        if self.padded:
+            parts.append(f"padded={self.padded!r}")
         return f"Case({', '.join(parts)})"
 
     def _repr_pretty_(self, printer, cycle: bool) -> None:
@@ -114,6 +131,7 @@ class Case:
                 self.seed,
                 self.options,
                 self.batch,
+                self.padded,
             )
         )
 

@@ -120,6 +120,8 @@ class OpSpec:
       ``args`` and ``lengths`` in a standalone reproducer (``torch`` and ``F`` are imported);
       None: no reproducer script, the finding says to re-run the case with bi_props;
     - ``aten_names``: the profiler's names of aten ops that reach this op (``ATEN_TO_OP``);
+    - ``padded``: which cases may take the padded layout (``Case.padded``);
+    - ``sweep``: an elementwise op's exhaustive 16-bit operand (``BIT_PATTERNS``);
     - ``batchable``, ``output_batch_axes``, ``inexact_outputs``, ``properties``,
       ``option_choices``, ``bound`` (the reference's error bound, in words), ``notes``,
       ``negative_control`` (False where stock kernels cannot be batch-variant: no control),
@@ -168,6 +170,18 @@ class OpSpec:
     those properties is neither a control nor a cell (the enabled state is judged as usual)."""
     control_examples: tuple[ControlExample, ...] = ()
     """Cases the op's negative controls try first (see ``ControlExample``)."""
+    padded: Callable[[Case], bool] | None = None
+    """``(case) -> bool``: whether the case may take the padded layout (``Case.padded``): its
+    per-sample operands laid out ``(samples, padded length, ...)`` with poisoned padding rows,
+    the output cut back to each sample's real rows. Only for ops whose rows are independent per
+    token (norms, activations, the rows of a product) and whose entry accepts leading dims; None:
+    never (attention, whose contract here is packed sequences, and ops reducing across rows)."""
+    sweep: Callable[[Case, np.ndarray], np.ndarray] | None = None
+    """``(case, patterns) -> bits``: an elementwise op's swept operand (the first) from a
+    (rows, cols) uint16 array of bit patterns, as uint16 bits of its shape (silu: the patterns;
+    a gated activation: the patterns as its activation half, 1.0 as the other). Set: every
+    campaign checks all 65,536 bf16 and fp16 patterns against the reference once per switch
+    state (``Case.values == BIT_PATTERNS``, ``campaigns/sweep.py``)."""
     output_rows: Callable[[Case, int], int] | None = None
     """``(case, rows) -> int``: the rows along ``output_batch_axes`` that a sample of ``rows``
     input rows owns in the output (None: ``rows``, one output row per input row). A decode op,

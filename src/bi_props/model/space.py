@@ -103,6 +103,8 @@ class Space:
     parity_dtypes: tuple[str, ...] = PARITY_DTYPES
     layouts: tuple[str, ...] = LAYOUTS
     values: tuple[str, ...] = VALUE_CLASSES
+    # Elementwise ops (OpSpec.sweep): every bf16 and fp16 bit pattern once per campaign.
+    exhaustive: bool = True
     rows: Extent = Extent(1, 600)
     dim: Extent = Extent(0, 256)
     boundaries: tuple[int, ...] = (16, 32, 64, 128, 256)
@@ -113,6 +115,9 @@ class Space:
     max_sequences: int = 64
     max_batch_tokens: int = 4096
     thresholds: tuple[int, ...] = THRESHOLDS
+    # Ops that allow it (OpSpec.padded) draw the padded layout, a batch padded to a length
+    # (Case.padded), in some examples; false: packed batches only.
+    padded: bool = True
     attention_length: Extent = Extent(1, 48)
     head_dims: tuple[int, ...] = (8, 16, 32, 64)
     op_dim: dict[str, Extent] = field(default_factory=dict)
@@ -148,7 +153,7 @@ _SECTIONS: dict[str, dict[str, str]] = {
     "properties": {"exclude": "list[str]"},
     "dtypes": {"choices": "list[str]", "parity": "list[str]"},
     "layouts": {"choices": "list[str]"},
-    "values": {"choices": "list[str]"},
+    "values": {"choices": "list[str]", "exhaustive": "bool"},
     "shapes": {"rows": "extent", "dim": "extent", "boundaries": "list[int]"},
     "batch": {
         "max_companions": "int",
@@ -156,6 +161,7 @@ _SECTIONS: dict[str, dict[str, str]] = {
         "max_sequences": "int",
         "max_batch_tokens": "int",
         "thresholds": "list[int]",
+        "padded": "bool",
     },
     "attention": {"length": "extent", "head_dims": "list[int]"},
     "scenarios": {
@@ -306,6 +312,8 @@ def parse(data: dict[str, Any], source: str, profile: str) -> Space:
         ("batch", "companion_rows"): "companion_rows",
         ("batch", "max_sequences"): "max_sequences",
         ("batch", "max_batch_tokens"): "max_batch_tokens",
+        ("batch", "padded"): "padded",
+        ("values", "exhaustive"): "exhaustive",
         ("attention", "length"): "attention_length",
     }
     for key, name in simple.items():

@@ -216,6 +216,7 @@ def render(data: ReportData) -> str:
     out.append("")
 
     out.extend(_batch_reach(r))
+    out.extend(_sweeps(r))
 
     out.append(f"## Coverage ({data.lines} examples recorded in examples.jsonl)\n")
     rows = sorted(data.coverage.values(), key=lambda row: -row.total)
@@ -261,17 +262,49 @@ def _batch_reach(r: dict) -> list[str]:
         "## Batches reached (this run)\n",
         "Largest batch-wide quantities per batched cell, and per named threshold how many "
         "examples crossed it (the needle alone below it, its batch at or above it).\n",
-        "| target | cell | examples | largest total rows / sequences / longest "
-        "| total rows crossed | sequences crossed | longest crossed |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| target | cell | examples | largest total rows / sequences / longest / padded "
+        "| total rows crossed | sequences crossed | longest crossed | padded crossed |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for e in entries:
         largest = e["largest"]
         out.append(
             f"| {_cell(e['target'])} | {_cell(cell_name(e['op'], e['property'], e['switch']))} "
             f"| {e['examples']} | {largest['total_rows']} / {largest['sequences']} / "
-            f"{largest['longest']} | {_crossed(e['crossed']['total_rows'])} | "
-            f"{_crossed(e['crossed']['sequences'])} | {_crossed(e['crossed']['longest'])} |"
+            f"{largest['longest']} / {largest['padded']} | "
+            f"{_crossed(e['crossed']['total_rows'])} | {_crossed(e['crossed']['sequences'])} | "
+            f"{_crossed(e['crossed']['longest'])} | {_crossed(e['crossed']['padded'])} |"
+        )
+    out.append("")
+    return out
+
+
+def _sweeps(r: dict) -> list[str]:
+    """The exhaustive 16-bit sweeps (campaigns/sweep.py): every bit pattern of a 16-bit dtype
+    through an elementwise op, once per switch state; a failing one names its pattern."""
+    entries = r.get("sweeps") or []
+    if not entries:
+        return []
+    out = [
+        "## Exhaustive 16-bit sweeps (this run)\n",
+        "Every bit pattern of the dtype (NaN payloads, infinities and subnormals included) "
+        "against the reference, with the op's stated bound.\n",
+        "| target | op | switch | dtype | options | patterns | result | ULPs nearest the bound "
+        "(observed / allowed) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for e in entries:
+        if e.get("ok"):
+            result = "all within the bound"
+        else:
+            result = f"**FAILS** at pattern {e.get('failing_pattern') or e.get('failing_case')}"
+        observed, allowed = e.get("ulps_observed"), e.get("ulps_allowed")
+        ulps = "-" if observed is None else f"{observed} / {allowed:.4g}"
+        options = ", ".join(f"{k}={v}" for k, v in (e.get("options") or {}).items()) or "-"
+        out.append(
+            f"| {_cell(e.get('target') or r.get('target'))} | {_cell(e['op'])} | {e['switch']} | "
+            f"{e['dtype']} | "
+            f"{_cell(options)} | {e['patterns']} | {result} | {ulps} |"
         )
     out.append("")
     return out

@@ -128,6 +128,20 @@ def outside(actual, value, tolerance, what):
 '''
 
 
+_PADDED = '''
+_padded_op = op
+
+
+def op(args, lengths):
+    """A padded batch (samples, padded length, ...): each sample's real rows, packed."""
+    outs = _padded_op(args, lengths)
+    outs = tuple(outs) if isinstance(outs, (tuple, list)) else (outs,)
+    return tuple(torch.cat([o[i, :n] for i, n in enumerate(lengths)]) for o in outs)
+'''
+"""A padded case's reproducer cuts each output back to the samples' real rows, as bi_props
+did (``materialize.unpad``); the tensors it embeds are the padded ones, poison included."""
+
+
 def _blob(data: bytes) -> str:
     return base64.b64encode(zlib.compress(data, 9)).decode("ascii")
 
@@ -386,7 +400,7 @@ START_TIMEOUT_S = {start_timeout_s!r}  # the child's interpreter start and impor
 
 def op(args, lengths):
     return {expression}
-
+{_PADDED if exported.get("padded") else ""}
 
 {setup_function("enabled")}
 
