@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .case import LAYOUTS, Case
+from .case import LAYOUTS, Case, Companion
 
 PRECISIONS = ("float32", "bfloat16", "float16", "output")
 """What a target may declare as an op's internal (accumulation) precision; "output" means the
@@ -174,6 +174,14 @@ class OpSpec:
     whose sample is a whole sequence and whose output is that sequence's next token, owns 1.
     Batch invariance cuts the needle's output rows out of the batched result with it."""
 
+    companion_output_rows: Callable[[Case, Companion], int] | None = None
+    """``(case, companion) -> int``: the output rows a companion owns where they depend on more
+    than its rows (mixed attention: its query tokens, ``Companion.queries``); None:
+    ``owned_rows(case, companion.rows)``."""
+    companion_queries: Callable[[Any], Any] | None = None
+    """``(ctx) -> strategy``: draws each companion's ``Companion.queries`` (None: never drawn,
+    0)."""
+
     def owned_rows(self, case: Case, rows: int) -> int:
         """Output rows of a sample with ``rows`` input rows (``output_rows``, else ``rows``)."""
         return rows if self.output_rows is None else int(self.output_rows(case, rows))
@@ -185,6 +193,8 @@ class OpSpec:
         if case.batch is None:
             return 0, rows
         before = case.batch.companions[: case.batch.position]
+        if self.companion_output_rows is not None:
+            return sum(int(self.companion_output_rows(case, c)) for c in before), rows
         return sum(self.owned_rows(case, c.rows) for c in before), rows
 
     def references(
