@@ -1,6 +1,7 @@
 """Time to bug: how soon `bi-props fuzz` (default profile) reports each planted bug class.
 
-Each planted library in tests/planted/ carries one bug class in its ``mm`` kernel. Here each is
+Each planted library in tests/planted/ carries one bug class in its ``mm`` kernel (the mixed-batch
+classes of issue 21 in their ``mixed_attention`` kernel). Here each is
 wrapped so that its kernel is about ``--slowdown`` times slower: the wrapper times each call of the
 library's own kernel and then sleeps (slowdown - 1) times that long (a sleep, not a slow path: the
 results are the library's, bit for bit). The kernels are already elementwise Python loops, slower
@@ -42,7 +43,15 @@ EXPECTED = {
     "planted_switch_leak": ("mm", "routing", "disabled"),
     "planted_crash": ("mm", "*", "enabled"),
     "planted_hang": ("mm", "*", "enabled"),
+    # issue 21: mixed batches (their kernel is mixed_attention, KERNEL below)
+    "planted_query_tiling": ("mixed_attention", "batch_invariance", "enabled"),
+    "planted_split_by_longest": ("mixed_attention", "batch_invariance", "enabled"),
 }
+KERNEL = {
+    "planted_query_tiling": "mixed_attention",
+    "planted_split_by_longest": "mixed_attention",
+}
+"""The library attribute its wrapper slows down (default ``mm``)."""
 CORRECT = "planted_correct"
 
 WRAPPER = '''"""{lib}, its kernel made about {slowdown}x slower (time.sleep after each call)."""
@@ -52,7 +61,7 @@ import {lib} as _base
 from {lib} import *  # noqa: F401,F403  the module-target interface (NAMESPACE, OPS, ROUTES, ...)
 
 SLOWDOWN = {slowdown}
-_kernel = _base.mm
+_kernel = _base.{kernel}
 
 
 def _slow(*args, **kwargs):
@@ -63,7 +72,7 @@ def _slow(*args, **kwargs):
 
 
 def enable(enabled):
-    _base.mm = _slow  # installed by the library's own enable, wherever it installs its kernel
+    _base.{kernel} = _slow  # installed by the library's own enable, wherever it installs its kernel
     _base.enable(enabled)
 '''
 
@@ -90,7 +99,9 @@ def first_finding(log: str, expected: tuple[str, str, str]) -> tuple[float, int]
 def run_all(args: argparse.Namespace) -> dict[str, list[dict]]:
     work = Path(tempfile.mkdtemp(prefix="bi_props-ttb-"))
     for lib in [*args.libraries, CORRECT]:
-        (work / f"slow_{lib}.py").write_text(WRAPPER.format(lib=lib, slowdown=args.slowdown))
+        kernel = KERNEL.get(lib, "mm")
+        wrapper = WRAPPER.format(lib=lib, slowdown=args.slowdown, kernel=kernel)
+        (work / f"slow_{lib}.py").write_text(wrapper)
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(
         filter(None, [str(work), str(PLANTED), env.get("PYTHONPATH")])

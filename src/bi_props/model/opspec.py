@@ -123,7 +123,9 @@ class OpSpec:
     - ``batchable``, ``output_batch_axes``, ``inexact_outputs``, ``properties``,
       ``option_choices``, ``bound`` (the reference's error bound, in words), ``notes``,
       ``negative_control`` (False where stock kernels cannot be batch-variant: no control),
-      ``output_rows`` (how many output rows a sample owns, where that is not its input rows).
+      ``output_rows`` (how many output rows a sample owns, where that is not its input rows),
+      ``companion_queries`` and ``companion_output_rows`` (a sample that is a cached prefix plus
+      new query tokens: ``Companion.queries``, drawn, and the output rows they own).
 
     A spec never crosses a process boundary (cases name their op): every process that needs it
     (the controller, each worker, each Ray actor) registers it itself, by importing the module
