@@ -26,7 +26,7 @@ _STOCK = ops.mixed_attention
 FLOATS = (torch.float32, torch.bfloat16, torch.float16)
 """Other dtypes (parity draws float64, integers, complex) go to the stock composite: the planted
 bug is the batch variance, not a changed contract."""
-SPLIT_MIN = 16
+SPLIT_MIN = 8
 MAX_SPLITS = 8
 
 
