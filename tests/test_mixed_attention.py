@@ -275,3 +275,13 @@ def test_stock_control_example_is_batch_variant() -> None:
                          mixed_queries(case, lengths))  # fmt: skip
     alone = mixed_call(ops.mixed_attention, M.operands(case, M.needle(case), "cpu"), [8], [1])
     assert not torch.equal(batched[:1], alone)
+
+
+def test_the_report_plot_counts_companions_with_query_tokens() -> None:
+    """report.html's shape-space point sums every companion's rows, those with queries too."""
+    from bi_props.reporting.data import case_point
+
+    batch = Batch(0, (Companion(5, 40, 1), Companion(6, 7)))
+    case = Case("mixed_attention", ENTRY, "float32", (9, 3, 2, 1, 8), ("contiguous",) * 3,
+                "general", 1).with_batch(batch)  # fmt: skip
+    assert case_point(repr(case)) == ("float32", 9 + 40 + 7, 3)
