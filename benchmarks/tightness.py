@@ -1,7 +1,8 @@
 """How tight is the reference bound, and what does it catch? (``python benchmarks/tightness.py
 [OP ...]``)
 
-Per op (mm, sum, rms_norm, softmax, fused_moe, attention, paged_decode_attention), output dtype and
+Per op (mm, sum, rms_norm, softmax, fused_moe, attention, paged_decode_attention,
+mixed_attention: a prefill chunk of the last 8 tokens over n keys), output dtype and
 size n (K for mm, the row length for sum, rms_norm and softmax, both GEMMs' K for fused_moe, the
 keys of a query row for the attention ops), over a few seeds of the catalogue's own ``general``
 inputs, for a kernel declaring float32 internals:
@@ -374,14 +375,21 @@ def attention_rows_by_score(q, k, v, scale, visible, summer, narrow, exp):
 
 
 ATTENTION_VARIANTS = ("naive", "online-16", "online-1", "split-4")
-ATTENTION_OPS = ("attention", "paged_decode_attention")
+ATTENTION_OPS = ("attention", "paged_decode_attention", "mixed_attention")
 
 
 def _attention_inputs(op: str, x, case: Case):
     """(q rows, k, v, scale, visible, row selection of the reference) for the benchmark."""
     import math
 
-    if op == "attention":
+    if op == "mixed_attention":  # a prefill chunk of the last rows over all n keys
+        q, k, v = x
+        n, queries, heads, kv_heads, head_dim = case.shape
+        rows = slice(0, queries)  # the reference holds the query rows only
+        index = np.arange(n - queries, n)
+        visible = index[:, None] >= np.arange(n)[None, :]  # aligned to the end
+        q_rows = q[n - queries :]
+    elif op == "attention":
         q, k, v = x
         n, heads, kv_heads, head_dim = case.shape
         rows = slice(max(n - ATTENTION_ROWS, 0), n)
@@ -402,8 +410,11 @@ def _attention_inputs(op: str, x, case: Case):
 def measure_attention(op: str, dtype: str, n: int) -> dict[str, float | str]:
     ratios, uses, caught_tf32, caught_b16, caught_exp, allowed = [], [], [], [], [], []
     narrow = "bfloat16" if dtype == "float32" else dtype
-    shape = (n, 2, 1, 32) if op == "attention" else (n, 2, 1, 32, 16)
-    options = {} if op == "attention" else {"placement": 0}
+    shape = {
+        "attention": (n, 2, 1, 32),
+        "mixed_attention": (n, min(n, ATTENTION_ROWS), 2, 1, 32),
+    }.get(op, (n, 2, 1, 32, 16))
+    options = {"placement": 0} if op == "paged_decode_attention" else {}
     for seed in SLOW_SEEDS:
         case = Case(
             op, OPS[op].entries[0], dtype, shape, ("contiguous",) * 3, "general", seed, options

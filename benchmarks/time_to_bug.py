@@ -1,8 +1,8 @@
 """Time to bug: how soon `bi-props fuzz` (default profile) reports each planted bug class.
 
 Each planted library in tests/planted/ carries one bug class in its ``mm`` kernel or in the
-kernel ``KERNEL`` names (issue 21's classes: ``rms_norm`` or ``fused_moe``, run on that op alone).
-Here each is
+kernel ``KERNEL`` names (issue 21's classes: ``rms_norm``, ``fused_moe`` or ``mixed_attention``,
+run on that op alone). Here each is
 wrapped so that its kernel is about ``--slowdown`` times slower: the wrapper times each call of the
 library's own kernel and then sleeps (slowdown - 1) times that long (a sleep, not a slow path: the
 results are the library's, bit for bit). The kernels are already elementwise Python loops, slower
@@ -48,12 +48,17 @@ EXPECTED = {
     "planted_reduction_switch": ("rms_norm", "batch_invariance", "enabled"),
     "planted_arrival_order": ("fused_moe", "*", "enabled"),
     "planted_padded_length": ("rms_norm", "batch_invariance", "enabled"),
+    # issue 21: mixed batches (their kernel is mixed_attention, KERNEL below)
+    "planted_query_tiling": ("mixed_attention", "batch_invariance", "enabled"),
+    "planted_split_by_longest": ("mixed_attention", "batch_invariance", "enabled"),
 }
 CORRECT = "planted_correct"
 KERNEL = {
     "planted_reduction_switch": "rms_norm",
     "planted_arrival_order": "fused_moe",
     "planted_padded_length": "rms_norm",
+    "planted_query_tiling": "mixed_attention",
+    "planted_split_by_longest": "mixed_attention",
 }
 """The library's kernel the wrapper slows down, where it is not ``mm`` (the library's own
 ``enable`` installs it, looked up when it runs); such a library's campaign runs on its op alone

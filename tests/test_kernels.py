@@ -575,7 +575,8 @@ from bi_props.targets.kernels.register import KERNEL_PREFIX, ROUTES, install
 stock_ops = {
     n: getattr(ops, n)
     for n in (
-        "add_rms_norm", "varlen_attention", "silu_and_mul", "gelu_and_mul", "fused_add_rms_norm"
+        "add_rms_norm", "varlen_attention", "silu_and_mul", "gelu_and_mul", "fused_add_rms_norm",
+        "mixed_attention",
     )
 }  # fmt: skip
 with warnings.catch_warnings():
@@ -591,6 +592,7 @@ a, b, v, A, B, W, bias = r(5, 7), r(7, 3), r(7), r(2, 5, 7), r(2, 7, 3), r(3, 7)
 xb, w7 = r(4, 7, dtype=torch.bfloat16), r(7)
 q, k, kv = r(9, 4, 8), r(9, 2, 8), r(9, 2, 8)
 cu = torch.tensor([0, 4, 4, 9])
+mq, mk = torch.tensor([0, 1, 3]), torch.tensor([0, 4, 9])  # mixed: a decode, a 2-token chunk
 flat = A.reshape(10, 7)
 pos, rq, rk, rc = torch.tensor([4, 0, 10]), r(3, 16), r(3, 8), r(11, 6)
 mx, mw1, mw2, mg = r(5, 8), r(4, 6, 8), r(4, 8, 3), r(5, 4)
@@ -676,6 +678,11 @@ entries = {
         lambda: ops.varlen_attention(q, k, kv, cu, 0.3, True),
         "varlen_attention",
         lambda: attention.varlen_attention(q, k, kv, cu, 0.3, True),
+    ),
+    "ops.mixed_attention": (  # a decode token over 4 keys beside a 2-token chunk over 5
+        lambda: ops.mixed_attention(q[:3], k, kv, mq, mk, 0.3, True),
+        "mixed_attention",
+        lambda: attention.mixed_attention(q[:3], k, kv, mq, mk, 0.3, True),
     ),
     "ops.silu_and_mul": (
         lambda: ops.silu_and_mul(xb[:, :6]),
@@ -767,7 +774,7 @@ def install_report() -> dict:
 
 
 def test_install_swaps_composite_entry_points(install_report: dict) -> None:
-    assert install_report["swapped"] == [True] * 5
+    assert install_report["swapped"] == [True] * 6
 
 
 def test_install_keeps_tensors_that_require_grad_working(install_report: dict) -> None:
@@ -791,6 +798,7 @@ def test_routes_cover_the_catalogue_ops(install_report: dict) -> None:
         "rms_norm", "silu", "add_rms_norm", "attention", "silu_and_mul", "gelu_and_mul",
         "fused_add_rms_norm", "layer_norm", "embedding",
         "rotary_embedding", "greedy_argmax", "top_k", "fused_moe", "paged_decode_attention",
+        "mixed_attention",
     }  # fmt: skip
     seen = {e["want"] for e in install_report["entries"].values()}
     assert all(event in seen for events in routes.values() for event in events)

@@ -78,6 +78,13 @@ def check_shape(case: Case, space: Space, prop: str) -> None:
         assert kv_heads in (1, 2) and heads % kv_heads == 0 and heads // kv_heads in (1, 2, 4)
         assert head_dim in space.head_dims
         return
+    if op == "mixed_attention":
+        keys, queries, heads, kv_heads, head_dim = shape
+        assert _within(keys, space.attention_length)  # long needles too (issue 21)
+        assert 1 <= queries <= keys or queries == keys == 0, case
+        assert kv_heads in (1, 2) and heads % kv_heads == 0 and heads // kv_heads in (1, 2, 4)
+        assert head_dim in space.head_dims
+        return
     if op == "paged_decode_attention":
         # the needle's context is long for batch invariance too (split-KV splits only past a
         # length; shapes.paged_decode_attention says why)
@@ -146,8 +153,11 @@ def check_case(case: Case, space: Space, op: str, prop: str) -> None:
         assert 0 <= batch.position <= len(batch.companions)
         for companion in batch.companions:
             assert isinstance(companion, Companion) and 0 <= companion.seed < 2**32
-            if op == "attention":
+            # only mixed_attention's companions have query tokens of their own
+            assert companion.queries == 0 or op == "mixed_attention", case
+            if op in ("attention", "mixed_attention"):
                 assert _within(companion.rows, space.attention_length)
+                assert 0 <= companion.queries <= space.attention_length.max, case
             elif op == "probe_model":
                 assert 1 <= companion.rows <= max(1, min(space.attention_length.max, 24))
             elif op in ("bmm", "matmul"):

@@ -53,6 +53,64 @@ def check_varlen_args(q: Tensor, k: Tensor, v: Tensor, cu_seqlens: Tensor) -> li
     return bounds
 
 
+def _cu_bounds(name: str, cu: Tensor, tokens: int, what: str) -> list[int]:
+    torch._check(
+        cu.dim() == 1 and not cu.is_floating_point(),
+        lambda: f"mixed_attention: {name} must be a 1-D integer tensor",
+    )
+    bounds = [int(b) for b in cu.tolist()]
+    torch._check(
+        len(bounds) >= 1
+        and bounds[0] == 0
+        and bounds[-1] == tokens
+        and all(a <= b for a, b in itertools.pairwise(bounds)),
+        lambda: f"mixed_attention: {name} must rise from 0 to {tokens} ({what}), got {bounds}",
+    )
+    return bounds
+
+
+def check_mixed_args(
+    q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor, causal: bool
+) -> tuple[list[int], list[int]]:
+    """Validate the mixed layout shared by the stock and the kernel version (as
+    ``flash_attn_varlen_func`` takes it): q (Tq, H, D) packed by cu_seqlens_q, k and v (Tk, Hkv,
+    D) by cu_seqlens_k, one entry per sequence in both; causal needs each sequence's query
+    length at most its key length (its queries are the last of its tokens). The boundaries."""
+    torch._check(
+        q.dim() == 3 and k.dim() == 3 and v.dim() == 3,
+        lambda: (
+            f"mixed_attention: q, k, v must be (T, heads, head_dim), got {q.dim()}, "
+            f"{k.dim()}, {v.dim()} dims"
+        ),
+    )
+    heads, head_dim = q.shape[1], q.shape[2]
+    torch._check(
+        v.shape[0] == k.shape[0] and k.shape[1] == v.shape[1] and k.shape[2] == head_dim,
+        lambda: (
+            f"mixed_attention: k {tuple(k.shape)} and v {tuple(v.shape)} do not match q "
+            f"{tuple(q.shape)}"
+        ),
+    )
+    kv_heads = k.shape[1]
+    torch._check(
+        kv_heads > 0 and heads % kv_heads == 0,
+        lambda: f"mixed_attention: {heads} query heads not a multiple of {kv_heads} kv heads",
+    )
+    bq = _cu_bounds("cu_seqlens_q", cu_seqlens_q, q.shape[0], "query tokens")
+    bk = _cu_bounds("cu_seqlens_k", cu_seqlens_k, k.shape[0], "key tokens")
+    torch._check(
+        len(bq) == len(bk),
+        lambda: f"mixed_attention: {len(bq) - 1} query sequences but {len(bk) - 1} key sequences",
+    )
+    lq = [b - a for a, b in itertools.pairwise(bq)]
+    lk = [b - a for a, b in itertools.pairwise(bk)]
+    torch._check(
+        not causal or all(a <= b for a, b in zip(lq, lk, strict=True)),
+        lambda: f"mixed_attention: causal needs query lengths {lq} <= key lengths {lk}",
+    )
+    return bq, bk
+
+
 def check_paged_args(
     query: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Tensor, seq_lens: Tensor
 ) -> list[int]:
@@ -186,6 +244,55 @@ def varlen_attention(
     # A padded query row of an empty sequence would have no key: give it one, its output is dropped.
     mask = mask | ~valid.any(dim=1)[:, None, None, None]
     out = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=mask, scale=scale)
+    return out.transpose(1, 2)[seq, pos].to(q.dtype)
+
+
+def mixed_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    cu_seqlens_q: Tensor,
+    cu_seqlens_k: Tensor,
+    scale: float | None = None,
+    causal: bool = True,
+) -> Tensor:
+    """Attention over a mixed batch, as ``flash_attn_varlen_func`` takes it: sequence b has
+    ``Lk_b`` keys (a cached prefix plus its new tokens) and its last ``Lq_b`` tokens as queries
+    (a prefill: Lq = Lk; a prefill chunk: 0 < Lq < Lk; a decode step: Lq = 1). q (Tq, H, D),
+    k/v (Tk, Hkv, D); causal aligns the mask to the end: query i sees keys j <= Lk - Lq + i.
+
+    Deliberately the shape of real varlen kernels, like ``varlen_attention``: queries and keys
+    are padded to the batch's longest and one ``scaled_dot_product_attention`` call runs with a
+    boolean mask, so the tiling is chosen by the longest sequences. Output (Tq, H, Dv) in q's
+    dtype."""
+    bq, bk = check_mixed_args(q, k, v, cu_seqlens_q, cu_seqlens_k, causal)
+    tokens, heads, _ = q.shape
+    lq = [b - a for a, b in itertools.pairwise(bq)]
+    lk = [b - a for a, b in itertools.pairwise(bk)]
+    count, long_q, long_k = len(lq), max(lq, default=0), max(lk, default=0)
+    if tokens == 0 or long_k == 0:
+        return q.new_zeros((tokens, heads, v.shape[2]))
+
+    def pad(t: Tensor, bounds: list[int], lengths: list[int], longest: int) -> Tensor:
+        seq = torch.repeat_interleave(torch.arange(count), torch.tensor(lengths))
+        pos = torch.arange(t.shape[0]) - torch.tensor(bounds[:-1])[seq]
+        padded = t.new_zeros((count, longest, *t.shape[1:]))
+        padded[seq, pos] = t
+        return padded.transpose(1, 2)  # (B, heads, L, D)
+
+    group = heads // k.shape[1]
+    qp = pad(q, bq, lq, long_q)
+    kp = pad(k, bk, lk, long_k).repeat_interleave(group, dim=1)
+    vp = pad(v, bk, lk, long_k).repeat_interleave(group, dim=1)
+    i, j = torch.arange(long_q)[:, None], torch.arange(long_k)[None, :]
+    kl, ql = torch.tensor(lk)[:, None, None], torch.tensor(lq)[:, None, None]
+    mask = j[None] < kl  # (B, Lq, Lk) real keys
+    if causal:
+        mask = mask & (j[None] <= kl - ql + i[None])
+    mask = mask | ~mask.any(-1, keepdim=True)  # a padded query row: one key, its output dropped
+    out = F.scaled_dot_product_attention(qp, kp, vp, attn_mask=mask[:, None], scale=scale)
+    seq = torch.repeat_interleave(torch.arange(count), torch.tensor(lq))
+    pos = torch.arange(tokens) - torch.tensor(bq[:-1])[seq]
     return out.transpose(1, 2)[seq, pos].to(q.dtype)
 
 

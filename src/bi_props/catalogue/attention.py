@@ -54,28 +54,49 @@ def _attention_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequen
 def _attention_reference(
     x: Sequence[np.ndarray], case: Case, lengths: Sequence[int], acc: str = "float32"
 ):
-    """Causal attention per sequence. The scores carry gamma_D * scale * sum|q||k| of error; softmax
-    turns a score error d into a relative weight error of about 2d, and the weighted sum of L values
-    adds gamma_L; all relative to sum_j p_j |v_j|."""
+    """Causal attention per sequence (``_causal_reference``, every token a query)."""
     q, k, v = x
-    _, heads, kv_heads, head_dim = case.shape
+    spans, start = [], 0
+    for length in lengths:
+        spans.append((slice(start, start + length), slice(start, start + length)))
+        start += length
+    return _causal_reference(q, k, v, q.shape[0], spans, case, acc)
+
+
+def _causal_reference(
+    q: np.ndarray,
+    k: np.ndarray,
+    v: np.ndarray,
+    tokens: int,
+    spans: Sequence[tuple[slice, slice]],
+    case: Case,
+    acc: str,
+) -> tuple[Reference, ...]:
+    """Causal attention per sequence in float64, ``tokens`` output rows: each span (query rows,
+    key rows) is one sequence whose queries are its last Lq tokens, the mask aligned to the end
+    (query i sees keys j <= Lk - Lq + i); the output rows are the query rows packed in order.
+    The scores carry gamma_D * scale * sum|q||k| of error; softmax turns a score error d into a
+    relative weight error of about 2d, and the weighted sum of Lk values adds gamma_Lk; all
+    relative to sum_j p_j |v_j| (the worst case; ``softmax_value_error`` the probabilistic
+    bound)."""
+    heads, kv_heads, head_dim = case.shape[-3:]
     scale = 1.0 / math.sqrt(head_dim)
     group = heads // kv_heads
     u = unit_roundoff(acc)
-    value = np.zeros_like(q)
-    error = np.zeros_like(q)
-    magnitude = np.zeros_like(q)
+    shape = (tokens, heads, v.shape[-1])
+    value, error, magnitude = np.zeros(shape), np.zeros(shape), np.zeros(shape)
     start = 0
-    for length in lengths:
-        sl = slice(start, start + length)
-        start += length
-        if length == 0:
+    for q_rows, k_rows in spans:
+        qs, ks, vs = q[q_rows], np.repeat(k[k_rows], group, axis=1), np.repeat(v[k_rows], group, 1)
+        lq, lk = qs.shape[0], ks.shape[0]
+        sl = slice(start, start + lq)
+        start += lq
+        if lq == 0:
             continue
-        qs, ks, vs = q[sl], np.repeat(k[sl], group, axis=1), np.repeat(v[sl], group, axis=1)
         with np.errstate(all="ignore"):
             scores = np.einsum("ihd,jhd->hij", qs, ks) * scale
             score_mag = np.einsum("ihd,jhd->hij", np.abs(qs), np.abs(ks)) * scale
-            mask = np.triu(np.ones((length, length), dtype=bool), 1)
+            mask = np.triu(np.ones((lq, lk), dtype=bool), 1 + lk - lq)
             scores = np.where(mask, -np.inf, scores)
             m = scores.max(-1, keepdims=True)
             p = np.exp(scores - m)
@@ -85,7 +106,7 @@ def _attention_reference(
             # d: the error of each score, per (head, query).
             d = _gamma(head_dim + 2, u) * np.where(mask, 0, score_mag).max(-1)
             spread = np.where(mask, 0, np.abs(scores - m)).max(-1)
-            rel = 2 * d + u * (2 * spread + 8) + 2 * _gamma(length + head_dim, u)
+            rel = 2 * d + u * (2 * spread + 8) + 2 * _gamma(lk + head_dim, u)
             value[sl] = out
             error[sl], linear = softmax_value_error(
                 qs, ks, vs, scale, mask, u, acc, rel.T[:, :, None] * weighted
@@ -394,6 +415,155 @@ def attention_companions(ctx: Any) -> Any:
     return ctx.extents(ctx.space.attention_length)
 
 
+# -- mixed batches: prefills, prefill chunks over a cached prefix, decode tokens -------------
+
+
+def sample_queries(rows: int, queries: int) -> int:
+    """A sample's query tokens: its last ``queries`` of ``rows`` tokens, clipped to [1, rows];
+    0 means all of them (a prefill: ``Companion.queries``' default)."""
+    return rows if queries <= 0 else min(queries, rows)
+
+
+def mixed_queries(case: Case, lengths: Sequence[int]) -> list[int]:
+    """The query tokens of each sequence of a ``mixed_attention`` call on ``lengths`` (the key
+    tokens per sample): the needle's are ``shape[1]``, a companion's its ``queries``. ``lengths``
+    must be the needle alone or the case's whole batch (the only calls the observers make); any
+    other list is refused rather than guessed."""
+    needle_q = sample_queries(case.shape[0], case.shape[1])
+    if list(lengths) == [case.shape[0]]:
+        return [needle_q]
+    if case.batch is not None:
+        order = [sample_queries(c.rows, c.queries) for c in case.batch.companions]
+        rows = [c.rows for c in case.batch.companions]
+        order.insert(case.batch.position, needle_q)
+        rows.insert(case.batch.position, case.shape[0])
+        if list(lengths) == rows:
+            return order
+    raise ValueError(
+        f"mixed_attention: lengths {list(lengths)} are neither the needle nor its batch"
+    )
+
+
+def _mixed_operands(case: Case) -> tuple[Operand, ...]:
+    return (Operand("q", 0), Operand("k", 0), Operand("v", 0))
+
+
+def _mixed_shapes(case: Case, rows: int) -> tuple[tuple[int, ...], ...]:
+    """Every sample's q, k, v have one row per token of its sequence (``rows`` = its keys); the
+    call passes the last Lq rows of q (the earlier ones stand for the cached prefix's queries,
+    computed in an earlier step, and are unused)."""
+    _, _, heads, kv_heads, head_dim = case.shape
+    return ((rows, heads, head_dim), (rows, kv_heads, head_dim), (rows, kv_heads, head_dim))
+
+
+def mixed_call(
+    function: Callable[..., Any],
+    args: Sequence[Any],
+    lengths: Sequence[int],
+    queries: Sequence[int],
+) -> Any:
+    """Take each sequence's last ``queries[b]`` query rows and call ``function`` as
+    ``flash_attn_varlen_func``'s arguments go: (q (sum Lq, H, D), k, v (sum Lk, Hkv, D),
+    cu_seqlens_q, cu_seqlens_k, scale = 1 / sqrt(D), causal=True). q's layout reaches only the
+    copy of its rows (what a kernel reads)."""
+    import torch
+
+    q, k, v = args
+    ends = np.cumsum(np.asarray(lengths, dtype=np.int64))
+    rows = [np.arange(e - n, e) for e, n in zip(ends, queries, strict=True)]
+    index = torch.from_numpy(np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64))
+    cu_q = torch.tensor([0, *np.cumsum(queries).tolist()], dtype=torch.int64)
+    cu_k = torch.tensor([0, *ends.tolist()], dtype=torch.int64)
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    return function(q.index_select(0, index.long()), k, v, cu_q, cu_k, scale, True)
+
+
+def _mixed_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]) -> Any:
+    return mixed_call(_entry_function(entry), args, lengths, mixed_queries(case, lengths))
+
+
+def _mixed_reference(
+    x: Sequence[np.ndarray], case: Case, lengths: Sequence[int], acc: str = "float32"
+):
+    """Each sequence's last Lq tokens over its Lk keys, the causal mask aligned to the end
+    (``_causal_reference``, the attention op's bound)."""
+    q, k, v = x
+    queries = mixed_queries(case, lengths)
+    spans, start = [], 0
+    for lk, lq in zip(lengths, queries, strict=True):
+        spans.append((slice(start + lk - lq, start + lk), slice(start, start + lk)))
+        start += lk
+    return _causal_reference(q, k, v, sum(queries), spans, case, acc)
+
+
+def _mixed_output_rows(case: Case, rows: int) -> int:
+    """The needle owns its query tokens' rows."""
+    return sample_queries(rows, case.shape[1])
+
+
+def _mixed_companion_rows(case: Case, companion: Any) -> int:
+    return sample_queries(companion.rows, companion.queries)
+
+
+def _mixed_repro(case: Case) -> tuple[str, str]:
+    """The reproducer selects the query rows exactly as the call does: ``mixed_call``'s source is
+    copied into the script, with each group's query lengths (the needle alone, the batch)."""
+    import inspect
+
+    module, _, attr = case.entry.rpartition(".")
+    table = {(case.shape[0],): mixed_queries(case, [case.shape[0]])}
+    if case.batch is not None:
+        lengths = [rows for _, rows in case.batch.samples(case.seed, case.shape[0])]
+        table[tuple(lengths)] = mixed_queries(case, lengths)
+    definition = (
+        "import math\nfrom collections.abc import Callable, Sequence\nfrom typing import Any\n"
+        "import numpy as np\n"
+        f"import {module} as _mixed_module  # looked up at call time (a target swaps it)\n"
+        f"\n\n{inspect.getsource(mixed_call)}\n\n"
+        f"QUERIES = {table!r}  # each group's query tokens per sequence\n"
+    )
+    expr = f"mixed_call(_mixed_module.{attr}, args, lengths, QUERIES[tuple(lengths)])"
+    return definition, expr
+
+
+MIXED_KINDS = ("prefill", "decode", "chunk")
+"""What a needle's new tokens are: all of its tokens (the first, what shrinking reaches), one
+decode token over its cached prefix, or a prefill chunk over one."""
+
+
+def draw_mixed_attention(draw: Any, ctx: Any) -> Shape:
+    """(keys, queries, heads, kv_heads, head_dim): a sequence of ``keys`` tokens (the space's
+    attention length; for batch invariance short first, long too, as ``attention``) whose last
+    ``queries`` are new: a prefill (queries = keys), a decode token (1) or a chunk (1 <= queries
+    < keys, after a cached prefix of keys - queries tokens, tile-edge biased)."""
+    space = ctx.space
+    keys = ctx.extents(space.attention_length)
+    if ctx.prop == "batch_invariance":
+        short = ctx.integers(space.attention_length.min, min(space.attention_length.max, 8))
+        keys = _short_first(short, keys)
+    lk = draw(keys)
+    kind = draw(ctx.choice(MIXED_KINDS))
+    lq = lk
+    if kind == "decode":
+        lq = min(1, lk)
+    elif kind == "chunk" and lk >= 2:  # the cached prefix drawn (shrinks toward 1 token)
+        prefix = draw(ctx.extents(ctx.clip(space.attention_length, low=1, high=lk - 1)))
+        lq = lk - min(max(prefix, 1), lk - 1)
+    kv_heads = draw(ctx.choice((1, 2)))
+    heads = kv_heads * draw(ctx.choice((1, 2, 4)))
+    head_dim = draw(ctx.choice(tuple(space.head_dims)))
+    return (lk, lq, heads, kv_heads, head_dim), {}
+
+
+def mixed_companion_queries(ctx: Any) -> Any:
+    """A companion's query tokens (``Companion.queries``): 0, a prefill (what shrinking
+    reaches); 1, a decode token; else a chunk of that many (clipped below its keys)."""
+    from hypothesis import strategies as st
+
+    chunk = ctx.extents(ctx.clip(ctx.space.attention_length, low=2))
+    return st.one_of(st.just(0), st.just(1), chunk)
+
+
 PAGED_MAX_CONTEXT = 512
 """A sequence's context (the needle's and each companion's) is at most this many KV tokens."""
 
@@ -466,5 +636,34 @@ OPS: tuple[OpSpec, ...] = (
         # A context of 5 decoded alone vs beside one of 8 (x86 ATen, 2026-12-04: 7-13 of 16).
         control_examples=(ControlExample((5, 2, 1, 8, 1), (8,), {"placement": 0}),),
         repro_call=_paged_repro,
+    ),
+    OpSpec(
+        name="mixed_attention",
+        entries=("bi_props.ops.mixed_attention",),
+        shape_doc="(keys, queries, heads, kv_heads, head_dim): a sample is one sequence of `keys`"
+        " tokens (q, k, v one row per token) whose last `queries` are new: a prefill (queries ="
+        " keys), a prefill chunk over a cached prefix (0 < queries < keys) or a decode token"
+        " (1); a companion's new tokens are its Companion.queries (0: all). The call passes, as"
+        " flash_attn_varlen_func takes them, q (sum queries, heads, head_dim) of each sequence's"
+        " last rows, k, v (sum keys, kv_heads, head_dim), cu_seqlens_q, cu_seqlens_k, scale,"
+        " causal=True (the mask aligned to the end: query i sees keys j <= keys - queries + i);"
+        " returns (sum queries, heads, head_dim)",
+        operands=_mixed_operands,
+        operand_shapes=_mixed_shapes,
+        call=_mixed_call,
+        reference=_mixed_reference,
+        exact_amplitude=_never_exact,
+        output_rows=_mixed_output_rows,
+        companion_output_rows=_mixed_companion_rows,
+        companion_queries=mixed_companion_queries,
+        bound=ATTENTION_BOUND + " (each sequence's query rows over all its keys)",
+        notes="q's layout reaches only the copy of each sequence's query rows",
+        draw_shape=draw_mixed_attention,
+        companion_rows=attention_companions,
+        sequences=True,
+        # A decode token over 8 keys alone vs beside a 255-token prefill (x86 ATen: see
+        # tests/test_mixed_attention.py::test_stock_control_example_is_batch_variant).
+        control_examples=(ControlExample((8, 1, 4, 2, 64), (255,)),),
+        repro_call=_mixed_repro,
     ),
 )

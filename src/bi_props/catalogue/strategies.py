@@ -168,18 +168,32 @@ def _op_shape_and_options(draw: st.DrawFn, space: Space, op: OpSpec, prop: str) 
     return tuple(shape), dict(options)
 
 
-@lru_cache(maxsize=1024)
-def _companions(rows: st.SearchStrategy[int], max_companions: int) -> st.SearchStrategy:
-    return st.lists(
-        st.builds(Companion, seed=SEEDS, rows=rows), min_size=1, max_size=max_companions
-    )
+def _companion(rows: st.SearchStrategy[int], queries: st.SearchStrategy[int] | None):
+    """One companion; ``queries`` (an op's ``companion_queries``) draws its query tokens."""
+    if queries is None:  # no draw at all: other ops' choice sequences stay as they were
+        return st.builds(Companion, seed=SEEDS, rows=rows)
+    return st.builds(Companion, seed=SEEDS, rows=rows, queries=queries)
 
 
 @lru_cache(maxsize=1024)
-def _many_companions(rows: st.SearchStrategy[int], count: int, most_rows: int):
+def _companions(
+    rows: st.SearchStrategy[int],
+    max_companions: int,
+    queries: st.SearchStrategy[int] | None = None,
+) -> st.SearchStrategy:
+    return st.lists(_companion(rows, queries), min_size=1, max_size=max_companions)
+
+
+@lru_cache(maxsize=1024)
+def _many_companions(
+    rows: st.SearchStrategy[int],
+    count: int,
+    most_rows: int,
+    queries: st.SearchStrategy[int] | None = None,
+):
     """Exactly ``count`` companions of at most ``most_rows`` rows each (the token cap)."""
     capped = rows.map(lambda r: min(r, most_rows))
-    return st.lists(st.builds(Companion, seed=SEEDS, rows=capped), min_size=count, max_size=count)
+    return st.lists(_companion(capped, queries), min_size=count, max_size=count)
 
 
 def _aim_total(
@@ -216,6 +230,9 @@ def _batch(
     number aimed at the space's switch points up to ``max_sequences``, each short enough that
     all companions stay within ``max_batch_tokens``. The total rows are aimed at a switch point
     half of the time (``_aim_total``)."""
+    queries = None
+    if op.companion_queries is not None:
+        queries = op.companion_queries(shape_context(space, op, prop))
     if op.companion_rows is not None:
         rows = op.companion_rows(shape_context(space, op, prop))
     else:
@@ -226,9 +243,10 @@ def _batch(
     if op.sequences and space.max_sequences - 1 > most and draw(st.booleans()):
         marks = tuple(t - 1 for t in space.switch_points if t > 1)  # sequences -> companions
         count = draw(extents(Extent(most + 1, space.max_sequences - 1), marks))
-        companions = draw(_many_companions(rows, count, max(1, space.max_batch_tokens // count)))
+        most_rows = max(1, space.max_batch_tokens // count)
+        companions = draw(_many_companions(rows, count, most_rows, queries))
     else:
-        companions = draw(_companions(rows, most))
+        companions = draw(_companions(rows, most, queries))
     companions = _aim_total(draw, companions, needle_rows, space)
     position = draw(integers(0, len(companions)))
     return Batch(position=position, companions=tuple(companions))

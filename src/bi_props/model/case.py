@@ -31,10 +31,19 @@ SWITCH_STATES = ("enabled", "disabled")
 
 @dataclass(frozen=True)
 class Companion:
-    """Another sample sharing the batch: its own seed and its own extent along the batch axis."""
+    """Another sample sharing the batch: its own seed and its own extent along the batch axis.
+
+    ``queries``: for ops whose samples are a cached prefix plus new query tokens (mixed
+    attention), how many of its ``rows`` are new queries; 0 (the default, left out of the repr)
+    means all of them (a prefill). Other ops never read it."""
 
     seed: int
     rows: int
+    queries: int = 0
+
+    def __repr__(self) -> str:
+        tail = f", queries={self.queries!r}" if self.queries else ""
+        return f"Companion(seed={self.seed!r}, rows={self.rows!r}{tail})"
 
 
 @dataclass(frozen=True)

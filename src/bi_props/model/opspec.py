@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from .case import LAYOUTS, Case
+from .case import LAYOUTS, Case, Companion
 
 PRECISIONS = ("float32", "bfloat16", "float16", "output")
 """What a target may declare as an op's internal (accumulation) precision; "output" means the
@@ -125,7 +125,9 @@ class OpSpec:
     - ``batchable``, ``output_batch_axes``, ``inexact_outputs``, ``properties``,
       ``option_choices``, ``bound`` (the reference's error bound, in words), ``notes``,
       ``negative_control`` (False where stock kernels cannot be batch-variant: no control),
-      ``output_rows`` (how many output rows a sample owns, where that is not its input rows).
+      ``output_rows`` (how many output rows a sample owns, where that is not its input rows),
+      ``companion_queries`` and ``companion_output_rows`` (a sample that is a cached prefix plus
+      new query tokens: ``Companion.queries``, drawn, and the output rows they own).
 
     A spec never crosses a process boundary (cases name their op): every process that needs it
     (the controller, each worker, each Ray actor) registers it itself, by importing the module
@@ -188,6 +190,14 @@ class OpSpec:
     whose sample is a whole sequence and whose output is that sequence's next token, owns 1.
     Batch invariance cuts the needle's output rows out of the batched result with it."""
 
+    companion_output_rows: Callable[[Case, Companion], int] | None = None
+    """``(case, companion) -> int``: the output rows a companion owns where they depend on more
+    than its rows (mixed attention: its query tokens, ``Companion.queries``); None:
+    ``owned_rows(case, companion.rows)``."""
+    companion_queries: Callable[[Any], Any] | None = None
+    """``(ctx) -> strategy``: draws each companion's ``Companion.queries`` (None: never drawn,
+    0)."""
+
     def owned_rows(self, case: Case, rows: int) -> int:
         """Output rows of a sample with ``rows`` input rows (``output_rows``, else ``rows``)."""
         return rows if self.output_rows is None else int(self.output_rows(case, rows))
@@ -199,6 +209,8 @@ class OpSpec:
         if case.batch is None:
             return 0, rows
         before = case.batch.companions[: case.batch.position]
+        if self.companion_output_rows is not None:
+            return sum(int(self.companion_output_rows(case, c)) for c in before), rows
         return sum(self.owned_rows(case, c.rows) for c in before), rows
 
     def references(

@@ -44,6 +44,7 @@ STOCK_PRECISION = {  # the CPU target's (targets/cpu.py)
     "softmax": "output",
     "log_softmax": "output",
     "attention": "output",
+    "mixed_attention": "output",
     "silu_and_mul": "output",
     "gelu_and_mul": "output",
     "rotary_embedding": "output",  # vLLM's forward_native, in the operands' dtype

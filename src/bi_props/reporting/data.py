@@ -243,7 +243,7 @@ def axis_names(op: str) -> tuple[str, str]:
 
 CASE_SHAPE = re.compile(r"shape=\(([\d,\s]*)\)")
 CASE_DTYPE = re.compile(r"dtype='(\w+)'")
-CASE_COMPANION_ROWS = re.compile(r"Companion\(seed=\d+, rows=(\d+)\)")
+CASE_COMPANION_ROWS = re.compile(r"Companion\(seed=\d+, rows=(\d+)(?:, queries=\d+)?\)")
 
 
 def case_point(case: str | None) -> tuple[str | None, int, int] | None:

@@ -8,7 +8,7 @@ import math
 import torch
 from torch import Tensor
 
-from ...ops import check_varlen_args
+from ...ops import check_mixed_args, check_varlen_args
 from .normalization import softmax_core
 from .primitives import compute_dtype, matmul_tree
 
@@ -51,4 +51,48 @@ def varlen_attention(
             scores = torch.where(future, torch.full_like(scores, float("-inf")), scores)
         probs = softmax_core(scores, -1)
         out[start:end] = matmul_tree(probs, vs).permute(1, 0, 2)
+    return out.to(q.dtype)
+
+
+@torch.no_grad()
+def mixed_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    cu_seqlens_q: Tensor,
+    cu_seqlens_k: Tensor,
+    scale: float | None = None,
+    causal: bool = True,
+) -> Tensor:
+    """Batch-invariant mixed-batch attention (``bi_props.ops.mixed_attention``'s contract): each
+    sequence's last Lq tokens attend its Lk keys, the causal mask aligned to the end.
+
+    As ``varlen_attention``: each sequence from its own rows only, ``matmul_tree`` scores (a tree
+    over head_dim, per query row), the own softmax over the sequence's keys, P @ V a tree over
+    its keys; nothing depends on the other sequences, their kinds or the batch's longest."""
+    bq, bk = check_mixed_args(q, k, v, cu_seqlens_q, cu_seqlens_k, causal)
+    tokens, heads, head_dim = q.shape
+    group = heads // k.shape[1]
+    if scale is None:
+        scale = 1.0 / math.sqrt(head_dim)
+    cd = compute_dtype(q.dtype)
+    out = torch.zeros((tokens, heads, v.shape[2]), dtype=cd, device=q.device)
+    head_map = torch.arange(heads, device=q.device) // group
+    for (qa, qb), (ka, kb) in zip(itertools.pairwise(bq), itertools.pairwise(bk), strict=True):
+        lq, lk = qb - qa, kb - ka
+        if lq == 0:
+            continue
+        if lk == 0:  # no key at all (only without causal): nothing to attend, zeros
+            continue
+        qs = q[qa:qb].to(cd).permute(1, 0, 2)  # (H, Lq, D)
+        ks = k[ka:kb].to(cd).index_select(1, head_map).permute(1, 2, 0)  # (H, D, Lk)
+        vs = v[ka:kb].to(cd).index_select(1, head_map).permute(1, 0, 2)  # (H, Lk, Dv)
+        scores = matmul_tree(qs, ks) * scale  # (H, Lq, Lk)
+        if causal:
+            i = torch.arange(lq, device=q.device)[:, None]
+            j = torch.arange(lk, device=q.device)[None, :]
+            future = j > lk - lq + i  # key j after query i's own token
+            scores = torch.where(future, torch.full_like(scores, float("-inf")), scores)
+        probs = softmax_core(scores, -1)
+        out[qa:qb] = matmul_tree(probs, vs).permute(1, 0, 2)
     return out.to(q.dtype)

@@ -100,6 +100,11 @@ _SCHEMAS: dict[str, tuple[str, Callable[..., Any]]] = {
         " bool causal=True) -> Tensor",
         attention.varlen_attention,
     ),
+    "mixed_attention": (
+        "mixed_attention(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k,"
+        " float? scale=None, bool causal=True) -> Tensor",
+        attention.mixed_attention,
+    ),
     # -- inference ops
     "rotary_embedding": (
         "rotary_embedding(Tensor positions, Tensor query, Tensor key, int head_size,"
@@ -138,6 +143,7 @@ def routes(namespace: str = NAMESPACE) -> dict[str, tuple[str, ...]]:
         "silu": (p + "silu",),
         "add_rms_norm": (p + "add_rms_norm",),
         "attention": (p + "varlen_attention",),
+        "mixed_attention": (p + "mixed_attention",),
         "silu_and_mul": (p + "silu_and_mul",),
         "gelu_and_mul": (p + "gelu_and_mul",),
         "fused_add_rms_norm": (p + "fused_add_rms_norm",),
@@ -222,6 +228,7 @@ def _linear() -> Callable[..., Any]:
 SWAPPED_OPS: dict[str, str] = {
     "add_rms_norm": "add_rms_norm",
     "attention": "varlen_attention",
+    "mixed_attention": "mixed_attention",
     "silu_and_mul": "silu_and_mul",
     "gelu_and_mul": "gelu_and_mul",
     "fused_add_rms_norm": "fused_add_rms_norm",
@@ -243,6 +250,10 @@ def _swapped(ns: Any) -> dict[str, Callable[..., Any]]:
     def varlen_attention(q, k, v, cu_seqlens, scale=None, causal=True):
         """Batch-invariant ``bi_props.ops.varlen_attention`` (custom op, see kernels.attention)."""
         return ns.varlen_attention(q, k, v, cu_seqlens, scale, causal)
+
+    def mixed_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, scale=None, causal=True):
+        """Batch-invariant ``bi_props.ops.mixed_attention`` (custom op, see kernels.attention)."""
+        return ns.mixed_attention(q, k, v, cu_seqlens_q, cu_seqlens_k, scale, causal)
 
     def silu_and_mul(x):
         """Batch-invariant ``bi_props.ops.silu_and_mul`` (custom op, see kernels.activation)."""
@@ -280,6 +291,7 @@ def _swapped(ns: Any) -> dict[str, Callable[..., Any]]:
     return {
         "add_rms_norm": add_rms_norm,
         "varlen_attention": varlen_attention,
+        "mixed_attention": mixed_attention,
         "silu_and_mul": silu_and_mul,
         "gelu_and_mul": gelu_and_mul,
         "fused_add_rms_norm": fused_add_rms_norm,
