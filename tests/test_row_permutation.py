@@ -124,6 +124,17 @@ CASES = {
         (9, 2, 1, 8, 4), ("contiguous",) * 3, "general", 5, {"placement": 0},
         Batch(0, (Companion(11, 20), Companion(12, 3))),
     ),
+    # a padded batch moves whole padded samples (its batch axis is the samples)
+    "rms_norm_padded": Case(
+        "rms_norm", "F.rms_norm", "float32", (3, 40), ("contiguous",) * 2, "general", 5,
+        {"eps": None}, Batch(1, (Companion(11, 4), Companion(12, 2))), padded=6,
+    ),
+    # each sequence's query tokens move with it (the needle a decode token, a chunk companion)
+    "mixed_attention": Case(
+        "mixed_attention", "bi_props.ops.mixed_attention", "float32", (6, 1, 2, 1, 8),
+        ("contiguous",) * 3, "general", 5, {},
+        Batch(1, (Companion(11, 7, queries=3), Companion(12, 5))),
+    ),
 }  # fmt: skip
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..model.case import Case
+from ..model.case import Batch, Case
 from ..model.observation import Call, Observation, TensorBits
 from ..model.op_registry import OPS
 from ..model.permutation import derangement, moved_rows, unpermute_index
@@ -120,9 +120,26 @@ def observe_batch_invariance(
 
 def permutes_samples(case: Case) -> bool:
     """Whether row permutation moves whole samples (sequences: packed or paged attention, an op
-    owning other output rows than input rows) rather than single rows."""
+    owning other output rows than input rows; a padded case, whose samples are its batch axis)
+    rather than single rows."""
     info = OPS[case.op]
-    return info.sequences or info.output_rows is not None
+    return info.sequences or info.output_rows is not None or bool(case.padded)
+
+
+def permuted_case(case: Case, order: list[int]) -> Case:
+    """The case whose batch holds the same samples in ``order`` (``order[new] = original``): the
+    needle and each companion (its seed, rows and query tokens) moved whole, so that an op
+    reading per-sample metadata from the case (mixed attention's query tokens) sees them in
+    their new order."""
+    assert case.batch is not None
+    position = case.batch.position
+    companions = case.batch.companions
+
+    def companion(unit: int):
+        return companions[unit if unit < position else unit - 1]
+
+    moved = tuple(companion(u) for u in order if u != position)
+    return case.with_batch(Batch(order.index(position), moved))
 
 
 @dataclass(frozen=True)
@@ -153,6 +170,21 @@ class _Permutation:
         }
 
 
+def _owned_rows(case: Case) -> list[int]:
+    """The output rows each sample of the batch owns, in batch order (a companion's may depend
+    on more than its rows: ``OpSpec.companion_output_rows``)."""
+    info = OPS[case.op]
+    assert case.batch is not None
+    owned = [
+        int(info.companion_output_rows(case, c))
+        if info.companion_output_rows is not None
+        else info.owned_rows(case, c.rows)
+        for c in case.batch.companions
+    ]
+    owned.insert(case.batch.position, info.owned_rows(case, case.shape[0]))
+    return owned
+
+
 def _permutation(case: Case) -> _Permutation:
     info = OPS[case.op]
     if not info.batchable(case):
@@ -162,7 +194,7 @@ def _permutation(case: Case) -> _Permutation:
     whole = permutes_samples(case)
     sizes = lengths if whole else [1] * sum(lengths)
     order = list(derangement(sizes, case.seed))
-    owned = [info.owned_rows(case, rows) for rows in lengths] if whole else sizes
+    owned = _owned_rows(case) if whole else sizes
     return _Permutation(samples, whole, sizes, order, unpermute_index(order, owned))
 
 
@@ -172,7 +204,8 @@ def _permuted_operands(case: Case, plan: _Permutation, device: str, layouts: boo
     import torch
 
     if plan.whole:
-        return operands(case, [plan.samples[u] for u in plan.order], device, layouts=layouts)
+        return operands(permuted_case(case, plan.order), [plan.samples[u] for u in plan.order],
+                        device, layouts=layouts)  # fmt: skip
     specs = OPS[case.op].operands(case)
     logical = operands(case, plan.samples, device, layouts=False)
     index = torch.tensor(plan.order, dtype=torch.int64)
@@ -201,7 +234,8 @@ def observe_row_permutation(case: Case, target: Target, unpermute: bool = True) 
     plan = _permutation(case)
     _, batch = _invoke(case, operands(case, plan.samples, target.device), plan.lengths)
     args = _permuted_operands(case, plan, target.device)
-    result, permuted = _invoke(case, args, plan.moved_lengths)
+    moved = permuted_case(case, plan.order) if plan.whole else case
+    result, permuted = _invoke(moved, args, plan.moved_lengths)
     if result is not None and unpermute:
         outputs = []
         for t, axis in zip(result, info.output_batch_axes, strict=False):
