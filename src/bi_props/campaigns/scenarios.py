@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from hypothesis import HealthCheck, Phase, find, settings
 from hypothesis.errors import NoSuchExample
@@ -41,6 +41,9 @@ class ScenarioFinding:
     twin_timeline: str = ""
     reproduced: bool | None = None
     """Whether replaying the shrunk scenario and its twin afresh (no memo) failed again."""
+    steps: dict = field(default_factory=dict)
+    """The scenario's timeline as data (``timeline_data``): what a report draws."""
+    twin_steps: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -53,6 +56,8 @@ class SearchResult:
     """Scenarios the property judged, generation and shrinking together (not counting those it
     does not apply to)."""
     not_applicable: int = 0
+    skipped: int = 0
+    """Scenarios drawn after the search's deadline: not replayed, not judged (never a pass)."""
     replays: int = 0
     seconds: float = 0.0
     finding: ScenarioFinding | None = None
@@ -91,7 +96,21 @@ def _finding(prop: str, scenario: Scenario, verdict: Verdict | None, error: str 
         message=error or (verdict.message if verdict else "") or "",
         timeline=verdict.actual.render_timeline() if verdict else "",
         twin_timeline=verdict.desired.render_timeline() if verdict else "",
+        steps=timeline_data(verdict.actual) if verdict else {},
+        twin_steps=timeline_data(verdict.desired) if verdict else {},
     )
+
+
+def timeline_data(result: ScenarioResult) -> dict:
+    """A result's timeline as JSON-ready data: per step ``[request, phase, tokens]`` entries, and
+    the requests preempted (times) and served from the prefix cache (tokens)."""
+    return {
+        "steps": [[[e.request, e.phase, e.tokens] for e in step] for step in result.timeline],
+        "preempted": {str(i): r.preempted for i, r in enumerate(result.requests) if r.preempted},
+        "cached": {
+            str(i): r.cached_tokens for i, r in enumerate(result.requests) if r.cached_tokens
+        },
+    }
 
 
 def _fails(prop: str, scenario: Scenario, replay: Callable[[Scenario], ScenarioResult]):
@@ -110,8 +129,13 @@ def search(
     *,
     recheck: bool = True,
     derandomize: bool = True,
+    deadline: float | None = None,
 ) -> SearchResult:
-    """Draw up to ``max_examples`` scenarios for ``prop``; shrink the first failure found."""
+    """Draw up to ``max_examples`` scenarios for ``prop``; shrink the first failure found.
+
+    ``deadline`` (a ``time.perf_counter()`` value): after it, a scenario not replayed yet is not
+    replayed but counted as skipped and treated as not failing, so generation ends at once and a
+    shrink in progress keeps the smallest failure found by then (still a real failure)."""
     if prop not in PROPERTIES:
         raise ValueError(f"unknown scenario property {prop!r}; known: {list(PROPERTIES)}")
     result = SearchResult(prop)
@@ -119,6 +143,10 @@ def search(
     start = time.perf_counter()
 
     def failing(scenario: Scenario) -> bool:
+        late = deadline is not None and time.perf_counter() > deadline
+        if late and scenario not in memo.results:
+            result.skipped += 1
+            return False
         verdict, error = _fails(prop, scenario, memo)
         if verdict is None and error is None:
             result.not_applicable += 1
