@@ -20,6 +20,7 @@ from bi_props.model.scenario import (
     ScenarioResult,
     Scheduled,
 )
+from bi_props.model.scenario_judge import bits_float
 
 VOCAB = 512
 
@@ -43,6 +44,16 @@ class FakeEngine:
             return ()
         p = request.prompt
         return tuple(_bits(p[:i], p[i]) for i in range(1, len(p)))
+
+    @staticmethod
+    def trainer_logprobs(prompt: tuple[int, ...], generated: tuple[int, ...]) -> list[float]:
+        """The trainer's view of this engine: the same hash, so bitwise equal to its outputs."""
+        context = tuple(prompt)
+        values = []
+        for token in generated:
+            values.append(bits_float(_bits(context, token)))
+            context = (*context, token)
+        return values
 
     def __call__(self, scenario: Scenario) -> ScenarioResult:
         self.replays += 1

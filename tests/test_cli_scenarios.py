@@ -98,6 +98,36 @@ def test_search_deadline_skips_instead_of_replaying():
     assert result.skipped > 0 and result.finding is None
 
 
+def test_search_shrinks_past_its_deadline_once_it_found_a_failure():
+    """The deadline stops generation, not a shrink in progress (``shrink_s`` more): a failure
+    found just before the deadline still comes out as shrunk as without a deadline; with no
+    shrink time it stays as drawn."""
+    from scenario_fake import planted_factory
+
+    unbounded = search("alone", planted_factory("off"), ScenarioSpace(), 200).finding
+    assert unbounded is not None
+
+    def run(shrink_s: float):
+        replay = planted_factory("off")
+        deadline = time.perf_counter() + 8
+
+        def late_after_first_failure(scenario):
+            result = replay(scenario)
+            if replay.perturbed and time.perf_counter() <= deadline:
+                time.sleep(max(0.0, deadline - time.perf_counter()) + 0.01)
+            return result
+
+        return search("alone", late_after_first_failure, ScenarioSpace(), 200,
+                      deadline=deadline, shrink_s=shrink_s)  # fmt: skip
+
+    # the deadline is 8 s away: the wait makes it pass at the first failure, not before
+    shrunk = run(shrink_s=60)
+    assert shrunk.finding is not None and shrunk.finding.scenario == unbounded.scenario
+    cut = run(shrink_s=0)
+    assert cut.finding is not None and cut.skipped > 0
+    assert len(cut.finding.scenario) > len(unbounded.scenario)  # not shrunk
+
+
 def _state(name, searches, **extra):
     return {"state": name, "searches": searches, **extra}
 
@@ -172,7 +202,7 @@ def planted_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("planted")
     target = "scenario_fake:planted_factory"
     proc = _cli("--target", target, "--states", "off,on", "--space", str(SPACE),
-                "--examples", "20", "--budget", "120", "--out", str(out))  # fmt: skip
+                "--examples", "40", "--budget", "120", "--out", str(out))  # fmt: skip
     return proc, out
 
 
@@ -192,6 +222,7 @@ def test_planted_bug_report(planted_run):
     assert hit["requests"] <= 3 and "prefix caching" in hit["features"]
     assert "prefix-cache hits (tokens): r" in hit["timeline"]
     assert hit["steps"]["cached"] and hit["steps"]["steps"]
+    assert report["states"][0]["train_rollout"]["measured"] is False  # the wrapper has no view
     md = (out / "report.md").read_text()
     assert md == render_markdown(report)
     for section in ("## States", "## Verdicts: property x state", "## Findings", "## Searches"):
@@ -237,3 +268,23 @@ def test_clean_engine_in_off_and_kernels_states(tmp_path):
         "decode_vs_prefill",
     }
     assert all(r["verdict"] == "held" for r in report["verdicts"]), report["verdicts"]
+    for state in report["states"]:  # the fake's trainer view is its own hash: bitwise equal
+        tr = state["train_rollout"]
+        assert tr["measured"] and len(tr["rows"]) == 8, tr
+        assert all(r["bitwise"] and r["max_abs_delta"] == 0 for r in tr["rows"]), tr
+    md = (tmp_path / "report.md").read_text()
+    assert "- off: 8 of 8 needles bitwise equal; max |delta logprob| 0" in md
+
+
+def test_train_rollout_agreement_is_bitwise_and_names_the_first_divergence():
+    from bi_props.model.scenario_judge import float_bits, train_rollout
+
+    values = [-1.5, -0.25, -3.0]
+    bits = tuple(float_bits(v) for v in values)
+    same = train_rollout((7, 8, 9), bits, values)
+    assert same == {"tokens": 3, "bitwise": True, "max_abs_delta": 0.0, "first_diverging": None}
+    off = train_rollout((7, 8, 9), bits, [-1.5, -0.25000003, -3.5])
+    assert not off["bitwise"] and off["max_abs_delta"] == 0.5
+    assert off["first_diverging"]["index"] == 1 and off["first_diverging"]["token"] == 8
+    with pytest.raises(ValueError, match="2 trainer logprobs for 3 tokens"):
+        train_rollout((7, 8, 9), bits, values[:2])

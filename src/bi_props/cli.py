@@ -254,7 +254,9 @@ def _scenarios_parser(sub: Any) -> None:
         type=float,
         default=300.0,
         metavar="SECONDS",
-        help="wall-clock budget, all states together (each gets an equal share of what is left)",
+        help="searching time, all states together (each gets an equal share of what is left); "
+        "each state's start-up (vLLM's import and first engine: tens of seconds on CPU) comes on "
+        "top of its share",
     )
     scenarios.add_argument(
         "--examples",

@@ -158,8 +158,8 @@ def run_campaign(
     work.mkdir(parents=True, exist_ok=True)
     results = []
     for n, state in enumerate(states):
-        left = budget - (time.perf_counter() - start)
-        share = max(1.0, left / (len(states) - n))
+        spent = sum(r.get("seconds", 0) - r.get("startup_s", 0) for r in results)
+        share = max(1.0, (budget - spent) / (len(states) - n))
         results.append(run_state(target, state, space, examples, share, work, model_dir))
     report = {
         "kind": "engine-scenarios",

@@ -55,6 +55,49 @@ def _canary(replay: Any) -> dict[str, int]:
     return dict(sorted(calls.items()))
 
 
+TRAIN_ROLLOUT_SCENARIOS = 8
+"""Scenarios (spread over the campaign's replays) whose needle the trainer's view measures."""
+
+
+class _Recording:
+    """A replay that keeps what it replayed (up to ``limit`` distinct scenarios)."""
+
+    def __init__(self, replay: Any, limit: int = 2000) -> None:
+        self.replay = replay
+        self.limit = limit
+        self.kept: dict[Scenario, Any] = {}
+
+    def __call__(self, scenario: Scenario) -> Any:
+        result = self.replay(scenario)
+        if len(self.kept) < self.limit:
+            self.kept.setdefault(scenario, result)
+        return result
+
+
+def train_rollout_rows(replay: Any, kept: dict[Scenario, Any], n: int) -> dict[str, Any]:
+    """The trainer's view (``replay.trainer_logprobs``) against the engine's logprobs of the
+    needle's generated tokens, for ``n`` of the replayed scenarios spread evenly."""
+    from ..model.scenario_judge import train_rollout
+
+    trainer = getattr(replay, "trainer_logprobs", None)
+    if trainer is None:
+        return {"measured": False, "why": "the target has no trainer view (trainer_logprobs)"}
+    items = list(kept.items())
+    picked = items[:: max(1, len(items) // n)][:n] if items else []
+    rows = []
+    for scenario, result in picked:
+        needle = result.requests[scenario.needle]
+        try:
+            values = trainer(scenario.needle_request.prompt, needle.tokens)
+            row = train_rollout(needle.tokens, needle.logprob_bits, values)
+        except Exception as exc:
+            row = {"error": f"{type(exc).__name__}: {exc}"}
+        row["scenario"] = repr(scenario)
+        row["features"] = list(scenario.features())
+        rows.append(row)
+    return {"measured": True, "rows": rows}
+
+
 def run_state(request: dict[str, Any]) -> dict[str, Any]:
     """The searches of one state (``request``: target, state, space fields, examples, seconds)."""
     from ..targets.engine_states import apply_state, replay_for, state_facts
@@ -72,6 +115,7 @@ def run_state(request: dict[str, Any]) -> dict[str, Any]:
     try:
         replay = replay_for(request["target"], state.name, request.get("model_dir"))
         out["kernel_calls"] = _canary(replay)
+        out["facts"] = state_facts(state.name)  # again, with what building the engine set
     except Exception as exc:
         out["broken"] = f"{type(exc).__name__}: {exc}".strip()[:2000]
         out["seconds"] = time.perf_counter() - start
@@ -81,13 +125,15 @@ def run_state(request: dict[str, Any]) -> dict[str, Any]:
     space = ScenarioSpace(
         **{k: tuple(v) if isinstance(v, list) else v for k, v in request["space"].items()}
     )
-    deadline = start + float(request["seconds"])
+    out["startup_s"] = round(time.perf_counter() - start, 2)
+    deadline = time.perf_counter() + float(request["seconds"])  # searching; start-up on top
     plan = [tuple(p) for p in request.get("plan") or PLAN]
+    recording = _Recording(replay)
     for n, (name, prop) in enumerate(plan):
         share = max(0.0, deadline - time.perf_counter()) / (len(plan) - n)
         result = search(
             prop,
-            replay,
+            recording,
             PASSES[name](space),
             int(request["examples"]),
             deadline=time.perf_counter() + share,
@@ -104,6 +150,7 @@ def run_state(request: dict[str, Any]) -> dict[str, Any]:
                 "finding": result.finding.to_dict() if result.finding else None,
             }
         )
+    out["train_rollout"] = train_rollout_rows(replay, recording.kept, TRAIN_ROLLOUT_SCENARIOS)
     observed = getattr(replay, "observed", None)
     out["observed"] = dict(observed) if observed is not None else {}
     out["seconds"] = time.perf_counter() - start

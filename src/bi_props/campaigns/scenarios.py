@@ -130,20 +130,26 @@ def search(
     recheck: bool = True,
     derandomize: bool = True,
     deadline: float | None = None,
+    shrink_s: float = 60.0,
 ) -> SearchResult:
     """Draw up to ``max_examples`` scenarios for ``prop``; shrink the first failure found.
 
     ``deadline`` (a ``time.perf_counter()`` value): after it, a scenario not replayed yet is not
-    replayed but counted as skipped and treated as not failing, so generation ends at once and a
-    shrink in progress keeps the smallest failure found by then (still a real failure)."""
+    replayed but counted as skipped and treated as not failing, so generation ends at once. Once
+    a failure was found, shrinking may go on ``shrink_s`` seconds past the deadline; then it
+    keeps the smallest failure found by then (still a real failure)."""
     if prop not in PROPERTIES:
         raise ValueError(f"unknown scenario property {prop!r}; known: {list(PROPERTIES)}")
     result = SearchResult(prop)
     memo = _Memo(replay)
     start = time.perf_counter()
 
+    found = False
+
     def failing(scenario: Scenario) -> bool:
-        late = deadline is not None and time.perf_counter() > deadline
+        nonlocal found
+        cutoff = None if deadline is None else deadline + (shrink_s if found else 0.0)
+        late = cutoff is not None and time.perf_counter() > cutoff
         if late and scenario not in memo.results:
             result.skipped += 1
             return False
@@ -152,7 +158,9 @@ def search(
             result.not_applicable += 1
             return False
         result.examples += 1
-        return error is not None or not verdict.held  # type: ignore[union-attr]
+        fails = error is not None or not verdict.held  # type: ignore[union-attr]
+        found = found or fails
+        return fails
 
     config = settings(
         max_examples=max_examples,

