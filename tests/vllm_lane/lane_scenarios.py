@@ -8,10 +8,12 @@ for the run; the stock state: ``VLLM_BATCH_INVARIANT`` unset). What this lane as
 - the driver itself: a prefix-cache hit, a preemption and a chunked prefill happen where vLLM's
   scheduler must make them happen, and show in the result and the timeline; a replay repeats
   bitwise and starts on an empty prefix cache;
-- the campaign (tests/vllm_lane/scenarios.toml): every scenario property (alone, prefix_cache,
-  chunked, preemption) searched for its budget; whatever it finds is recorded (the summary), and
-  each finding must be well formed and reproduce on a fresh replay; the scenarios must have made
-  the engine hit its prefix cache, preempt, chunk a prefill and run a prefill beside a decode;
+- the campaign through the CLI (``bi-props scenarios``, tests/vllm_lane/scenarios.toml) in the
+  states on, off and kernels, each in its own process: on is broken at its first forward (pinned),
+  kernels reached bi_props' kernels; every property judged in off and kernels; whatever it finds
+  is recorded (the summary), each finding well formed, reproduced on a fresh replay, and one
+  reproducer run for real; the drawn scenarios made the engine hit its prefix cache, preempt,
+  chunk a prefill and run a prefill beside a decode; train/rollout agreement measured;
 - the planted bug (tests/planted/planted_stale_prefix_hit.py, a stale logprob on a prefix-cache
   hit, wrapped around this real engine) is found and shrunk to at most three requests.
 
