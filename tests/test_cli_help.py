@@ -22,7 +22,7 @@ def test_fuzz_help_shows_the_defaults(capsys: pytest.CaptureFixture[str]) -> Non
     assert "(default: None)" not in text, "a None default teaches nothing"
 
 
-@pytest.mark.parametrize("command", ["doctor", "repro", "promote", "report"])
+@pytest.mark.parametrize("command", ["doctor", "repro", "promote", "report", "scenarios"])
 def test_every_subcommand_has_examples(capsys: pytest.CaptureFixture[str], command: str) -> None:
     text = _help(capsys, command)
     assert "examples:" in text and f"bi-props {command}" in text, text

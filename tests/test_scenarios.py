@@ -419,3 +419,32 @@ def test_timeline_entries_from_a_scheduler_output():
     assert resumed == {"s0-r2"}
     with pytest.raises(DriverError, match="not one of this replay's"):
         _step_entries(output, {"s0-r0": 0}, {"s0-r0": 30})
+
+
+def test_small_pool_scenarios_are_drawn_crowded_too():
+    """With a small KV pool, some drawn scenarios are crowded: two requests or more, all arriving
+    at step 0, every prompt a few tokens short of a block's end, each generating the most
+    tokens (their decodes then need new blocks together: vLLM preempts; the lane asserts it).
+    The crowded branch shrinks away: the plain scenario stays the minimum."""
+    from bi_props.catalogue.scenarios import edge_lengths
+
+    space = ScenarioSpace(kv_blocks=(3,))
+    edges = set(edge_lengths(space, 1, space.prompt_max))
+    crowded = 0
+
+    @given(scenarios(space))
+    @settings(QUICK, max_examples=150)
+    def draw(scenario):
+        nonlocal crowded
+        requests = scenario.requests
+        if (
+            scenario.config.kv_blocks is not None
+            and len(requests) > 1
+            and all(r.arrival == 0 and r.max_tokens == space.max_tokens for r in requests)
+            and all(len(r.prompt) in edges for r in requests)
+        ):
+            crowded += 1
+
+    draw()
+    assert crowded >= 10, crowded
+    assert find(scenarios(space), lambda s: True, settings=QUICK) == Scenario((Request((4,)),))

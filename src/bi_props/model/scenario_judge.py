@@ -162,3 +162,28 @@ def judge(prop: str, scenario: Scenario, replay: Replay) -> Verdict | None:
         return Verdict(prop, scenario, twin, None, actual, desired)
     message = compare(actual.requests[scenario.needle], desired.requests[twin.needle])
     return Verdict(prop, scenario, twin, message, actual, desired)
+
+
+def train_rollout(
+    tokens: tuple[int, ...], engine_bits: tuple[int, ...], trainer: list[float]
+) -> dict[str, object]:
+    """The trainer's view against the engine's, for one request's generated tokens: the trainer
+    (a plain forward of the same model, batch of one) gives the float32 logprob of each generated
+    token, the engine gave ``engine_bits``. Bitwise equal or not, the largest |delta logprob|,
+    and the first token whose logprob differs (what RL users track as the rollout/train
+    mismatch)."""
+    if len(trainer) != len(engine_bits):
+        raise ValueError(f"{len(trainer)} trainer logprobs for {len(engine_bits)} tokens")
+    first = None
+    worst = 0.0
+    for i, (bits, value) in enumerate(zip(engine_bits, trainer, strict=True)):
+        engine = bits_float(bits)
+        if float_bits(value) != bits and first is None:
+            first = {"index": i, "token": tokens[i], "engine": engine, "trainer": value}
+        worst = max(worst, abs(engine - value))
+    return {
+        "tokens": len(tokens),
+        "bitwise": first is None,
+        "max_abs_delta": worst,
+        "first_diverging": first,
+    }

@@ -154,6 +154,7 @@ class ScenarioDriver:
         """Times vLLM raised and the engine passed its canary afterwards (kept in use)."""
         self._retired: list[Any] = []
         self._canaries: dict[EngineConfig, ScenarioResult] = {}
+        self._trainer: Any = None
         self.observed: Counter[str] = Counter()
         """How many replays showed each thing the engine did (ScenarioResult.observed)."""
 
@@ -183,6 +184,25 @@ class ScenarioDriver:
             self._canaries[config] = self._replay(self._canary(config))
         llm, recorder = self._engines[config]
         return llm.llm_engine, recorder
+
+    def trainer_logprobs(self, prompt: tuple[int, ...], generated: tuple[int, ...]) -> list[float]:
+        """The trainer's view: the same tiny model through a plain transformers forward (batch
+        of one, float32, eager attention, in this process and so in its state's kernels), the
+        float32 logprob of each generated token given everything before it."""
+        import torch
+
+        if self._trainer is None:
+            from transformers import AutoModelForCausalLM
+
+            self._trainer = AutoModelForCausalLM.from_pretrained(
+                str(self.model_dir), torch_dtype=torch.float32, attn_implementation="eager"
+            ).eval()
+        ids = torch.tensor([[*prompt, *generated]], dtype=torch.long)
+        with torch.no_grad():
+            logits = self._trainer(input_ids=ids).logits[0].float()
+        logprobs = torch.log_softmax(logits, dim=-1)
+        start = len(prompt) - 1  # the logits at position p predict token p + 1
+        return [float(logprobs[start + i, t]) for i, t in enumerate(generated)]
 
     @property
     def retired(self) -> int:
