@@ -802,3 +802,27 @@ def test_routes_cover_the_catalogue_ops(install_report: dict) -> None:
     }  # fmt: skip
     seen = {e["want"] for e in install_report["entries"].values()}
     assert all(event in seen for events in routes.values() for event in events)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_activations_give_stock_nan_and_infinity_on_every_16_bit_pattern(dtype) -> None:
+    """Where stock PyTorch gives NaN for one of the 65,536 16-bit patterns, the kernels give NaN,
+    and nowhere else (silu(-inf) and gelu(-inf) are NaN: the exhaustive sweep found -0.0 and -inf
+    here once). Infinities may differ: stock overflows near the largest finite values, where the
+    kernels' float64 internals do not."""
+    patterns = torch.arange(-(2**15), 2**15, dtype=torch.int32).to(torch.int16).view(dtype)
+    gated = torch.cat([patterns.reshape(256, 256), torch.ones(256, 256, dtype=dtype)], dim=1)
+    pairs = [
+        (activation.silu(patterns), F.silu(patterns)),
+        (activation.silu_and_mul(gated).reshape(-1), F.silu(patterns)),
+    ]
+    for approximate in ("none", "tanh"):
+        stock = F.gelu(patterns, approximate=approximate)
+        ours = activation.gelu_and_mul(gated, approximate).reshape(-1)
+        pairs.append((ours, stock))
+    # one known difference: stock erf-form gelu(+inf) is NaN, ours +inf (the true limit)
+    plus_inf = patterns == float("inf")
+    pairs[2] = (pairs[2][0][~plus_inf], pairs[2][1][~plus_inf])
+    assert int(pairs[2][0].numel()) == 2**16 - 1
+    for ours, stock in pairs:
+        assert torch.equal(ours.isnan(), stock.isnan())

@@ -24,9 +24,9 @@ def silu(x: Tensor) -> Tensor:
         raise RuntimeError(f"\"silu\" not implemented for '{str(x.dtype).removeprefix('torch.')}'")
     with torch.no_grad():
         x64 = x.to(torch.float64)
+        # -inf: -inf / inf is NaN, as stock PyTorch gives (2.13, every dtype) and the reference
+        # says; the exhaustive 16-bit sweep found an earlier -0.0 here.
         y = x64 / (exp(-x64) + 1.0)
-        # -inf: -inf / inf is NaN; silu(-inf) is -0.0 as in PyTorch.
-        y = torch.where(x64 == float("-inf"), torch.full_like(y, -0.0), y)
         return y.to(x.dtype)
 
 
@@ -47,8 +47,7 @@ def silu_and_mul(x: Tensor) -> Tensor:
     h = x.shape[-1] // 2
     with torch.no_grad():
         a, b = x[..., :h].to(torch.float64), x[..., h:].to(torch.float64)
-        silu_a = a / (exp(-a) + 1.0)
-        silu_a = torch.where(a == float("-inf"), torch.full_like(silu_a, -0.0), silu_a)
+        silu_a = a / (exp(-a) + 1.0)  # NaN at -inf, as stock silu
         return (silu_a * b).to(x.dtype)
 
 
@@ -99,4 +98,8 @@ def gelu_and_mul(x: Tensor, approximate: str = "none") -> Tensor:
             phi = 1.0 + tanh64(_SQRT_2_OVER_PI * (a + 0.044715 * (a * a * a)))
         else:
             phi = 1.0 + erf64(a * _SQRT_HALF)
-        return (((0.5 * a) * phi) * b).to(x.dtype)
+        gelu = (0.5 * a) * phi
+        # -inf: -inf x 0 is NaN in stock PyTorch and the reference (our erf64 stops just short
+        # of -1 there, which gave -inf: found by the exhaustive 16-bit sweep)
+        gelu = torch.where(a == float("-inf"), torch.full_like(gelu, float("nan")), gelu)
+        return (gelu * b).to(x.dtype)
