@@ -560,3 +560,75 @@ def test_max_findings_stops_the_turns_and_the_report_says_so(tmp_path: Path) -> 
     report = {"campaign": {"stopped_early": ledger.extra["stopped_early"]}}
     text = render(ReportData(tmp_path, report, [], {}, {}, [], []))
     assert "stopped early after 2 new finding(s)" in text.splitlines()[0]
+
+
+# -- --examples-per-cell: stop once every cell has evidence of a stated size -----------------
+
+
+def test_examples_per_cell_is_validated(tmp_path: Path, capsys) -> None:
+    from bi_props.campaigns.campaign import Campaign
+    from bi_props.cli import main
+    from bi_props.model.space import parse
+
+    assert main(["fuzz", "--examples-per-cell", "0", "--out", str(tmp_path / "a")]) == 2
+    assert "--examples-per-cell 0: must be at least 1" in capsys.readouterr().err
+    assert main(["fuzz", "--examples-per-cell", "5", "--ray", "--out", str(tmp_path / "b")]) == 2
+    assert "not supported with --ray" in capsys.readouterr().err
+    space = parse({"ops": {"include": ["mm"]}}, "x", "x")
+    with pytest.raises(ValueError, match="examples_per_cell"):
+        Campaign(["cpu"], space, tmp_path, 60.0, examples_per_cell=0)
+
+
+def test_examples_per_cell_waits_for_every_cell_and_every_control(tmp_path: Path) -> None:
+    """The stop needs every cell at N examples or retired, and (controls on) every control
+    settled; one cell short, or one control still searching, keeps the campaign going."""
+    from types import SimpleNamespace
+
+    from bi_props.campaigns.campaign import Campaign
+    from bi_props.model.space import parse
+
+    space = parse({"ops": {"include": ["mm"]}}, "x", "x")
+    lines: list[str] = []
+    ledger = SimpleNamespace(
+        extra={}, started_monotonic=0.0, progress=lambda what, n: lines.append(what)
+    )
+    a = SimpleNamespace(done=False, examples=10)
+    b = SimpleNamespace(done=False, examples=9)
+    control = SimpleNamespace(done=False)
+    schedule = SimpleNamespace(cells=lambda: [a, b], controls=lambda: [control])
+    campaign = Campaign(["cpu"], space, tmp_path, 60.0, examples_per_cell=10)
+    assert not campaign._enough_examples(schedule, ledger, lambda: 0)
+    b.done = True  # retired (a finding, or nothing left to draw) counts as enough
+    assert not campaign._enough_examples(schedule, ledger, lambda: 0) and not ledger.extra
+    control.done = True
+    assert campaign._enough_examples(schedule, ledger, lambda: 0)
+    assert "--examples-per-cell 10" in ledger.extra["stopped_early"]
+    assert lines[-1].startswith("stopping once every cell had run 10 examples")
+    no_controls = Campaign(["cpu"], space, tmp_path, 60.0, control_share=0, examples_per_cell=10)
+    control.done, ledger.extra = False, {}
+    assert no_controls._enough_examples(schedule, ledger, lambda: 0)
+    spend_it_all = Campaign(["cpu"], space, tmp_path, 60.0)
+    assert not spend_it_all._enough_examples(schedule, ledger, lambda: 0)
+
+
+@pytest.mark.campaign
+def test_examples_per_cell_ends_a_real_campaign_early_with_that_evidence(tmp_path: Path) -> None:
+    """A real campaign on one small op: it stops well inside its budget, every cell's report
+    entry shows at least N examples (or a finding), and the headline says it stopped early."""
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    proc = subprocess.run(
+        [sys.executable, "-m", "bi_props.cli", "fuzz", "--ops", "silu", "--budget", "240",
+         "--examples-per-cell", "12", "--out", str(out), "--seed", "1"],
+        capture_output=True, text=True, timeout=400,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    assert "--examples-per-cell 12" in report["campaign"]["stopped_early"]
+    assert report["campaign"]["elapsed_s"] < 200, report["campaign"]["elapsed_s"]
+    cells = [c for c in report["cells"] if c.get("op") == "silu"]
+    assert cells and all(c["examples"] >= 12 or c.get("findings") for c in cells), cells
+    assert "stopped early" in (out / "report.md").read_text().splitlines()[0]

@@ -113,6 +113,15 @@ def _parser() -> argparse.ArgumentParser:
         help="stop once N new findings are recorded, each shrunk and confirmed (default: spend "
         "the whole budget); the report says the run stopped early",
     )
+    fuzz.add_argument(
+        "--examples-per-cell",
+        type=int,
+        default=None,
+        metavar="N",
+        help="stop once every cell has run N examples in this run (or retired) and every "
+        "negative control has settled, within --budget (default: spend the whole budget); "
+        "the report says the run stopped early",
+    )
     fuzz.add_argument("--ops", default=None, help="comma-separated catalogue ops (default: all)")
     fuzz.add_argument("--profile", default="cpu", help="bundled search space to use")
     fuzz.add_argument(
@@ -404,10 +413,17 @@ def _fuzz(args: argparse.Namespace) -> int:
         return _usage("--ray-actors must be at least 1")
     if args.max_findings is not None and args.max_findings < 1:
         return _usage(f"--max-findings {args.max_findings}: must be at least 1")
+    if args.examples_per_cell is not None and args.examples_per_cell < 1:
+        return _usage(f"--examples-per-cell {args.examples_per_cell}: must be at least 1")
     if args.max_findings is not None and args.ray is not None:
         return _usage(
             "--max-findings is not supported with --ray (each actor sees only its own "
             "findings); run without --ray"
+        )
+    if args.examples_per_cell is not None and args.ray is not None:
+        return _usage(
+            "--examples-per-cell is not supported with --ray (each actor sees only its own "
+            "shards' counts); run without --ray, or give --ray a --budget alone"
         )
     space = _space(args)
     from .model.known import DataFileError, load_known
@@ -561,6 +577,7 @@ def _run_fuzz(args: argparse.Namespace, space, known, targets: list[str]) -> int
             strict_controls=args.strict_controls,
             control_share=args.control_share,
             max_findings=args.max_findings,
+            examples_per_cell=args.examples_per_cell,
         )
         return campaign.run()
     except WorkerFailure as exc:

@@ -738,11 +738,14 @@ class Campaign:
         strict_controls: bool = False,
         control_share: float | None = None,
         max_findings: int | None = None,
+        examples_per_cell: int | None = None,
     ) -> None:
         if not targets:
             raise ValueError("a campaign needs at least one target")
         if max_findings is not None and max_findings < 1:
             raise ValueError(f"max_findings must be at least 1, got {max_findings}")
+        if examples_per_cell is not None and examples_per_cell < 1:
+            raise ValueError(f"examples_per_cell must be at least 1, got {examples_per_cell}")
         # The negative controls' largest share of the budget: the argument, else the space's
         # [runner] control_share.
         self.control_share = space.control_share if control_share is None else control_share
@@ -760,6 +763,10 @@ class Campaign:
         # libFuzzer stops at its first crash: a bisection or a CI gate needs one reproducer, not
         # the whole budget. None: spend the budget.
         self.max_findings = max_findings
+        # Stop once every cell ran this many examples in this run (or retired) and every negative
+        # control settled: evidence of a stated size, as Hypothesis' max_examples, with the budget
+        # as the upper bound. None: spend the budget.
+        self.examples_per_cell = examples_per_cell
         self.ledger: Ledger | None = None
 
     def run(self) -> int:
@@ -881,6 +888,8 @@ class Campaign:
                 return
             if self._enough_findings(ledger, examples):
                 return
+            if self._enough_examples(schedule, ledger, examples):
+                return
             item, limit = picked
             turn_end = min(now + limit, deadline)
             if item.kind == "control":
@@ -896,6 +905,29 @@ class Campaign:
             return False
         why = (
             f"after {len(ledger.new)} new finding(s) (--max-findings {self.max_findings}), "
+            f"{time.monotonic() - ledger.started_monotonic:.0f} s of the {self.budget_s:g} s budget"
+        )
+        ledger.extra["stopped_early"] = why
+        ledger.progress(f"stopping {why}", examples())
+        return True
+
+    def _enough_examples(
+        self, schedule: Scheduler, ledger: Ledger, examples: Callable[[], int]
+    ) -> bool:
+        """True (and the stop recorded in the report) once every cell ran ``examples_per_cell``
+        examples in this run or retired, and every negative control is done (saw variance and
+        shrank it, or spent its quota): a control still searching keeps the campaign going."""
+        need = self.examples_per_cell
+        if need is None:
+            return False
+        cells = schedule.cells()
+        if any(not c.done and c.examples < need for c in cells):
+            return False
+        if self.control_share > 0 and any(not c.done for c in schedule.controls()):
+            return False
+        why = (
+            f"once every cell had run {need} examples or retired ({len(cells)} cells, "
+            f"--examples-per-cell {need}) and every negative control had settled, "
             f"{time.monotonic() - ledger.started_monotonic:.0f} s of the {self.budget_s:g} s budget"
         )
         ledger.extra["stopped_early"] = why
