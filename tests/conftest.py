@@ -80,6 +80,21 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
             terminalreporter.line(line)
 
 
+@pytest.fixture(autouse=True)
+def _declared_targets_restored():
+    """A test that starts a Session or Runner on a planted module target registers that module
+    as declared (its EXTRA_OPS go to every later worker); a later test's worker, without the
+    planted folder on its PYTHONPATH, then fails to start. Restore the declarations after each
+    test (test_parity_dtypes failed after test_padded's reproducer test this way)."""
+    from bi_props.targets import module
+
+    declared = dict(module._DECLARED)
+    yield
+    if declared != module._DECLARED:
+        module._DECLARED.clear()
+        module._DECLARED.update(declared)
+
+
 @pytest.fixture
 def clean_cpu_campaign(tmp_path: Path) -> Callable[..., dict]:
     """``bi-props fuzz --target cpu --ops OP --strict-controls`` on a space file; asserts what an
