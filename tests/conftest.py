@@ -122,7 +122,8 @@ def clean_cpu_campaign(tmp_path: Path) -> Callable[..., dict]:
             (op, prop, switch)
             for prop in ("routing", "reference", "determinism")
             for switch in ("enabled", "disabled")
-        } | {(op, "batch_invariance", "enabled"), (op, "parity", "both")}
+        } | {(op, "batch_invariance", "enabled"), (op, "row_permutation", "enabled")}
+        want |= {(op, "parity", "both")}
         assert ran == want, ran ^ want
         controls = [c for c in report["controls"] if c["op"] == op]
         assert controls and all(c["variance_seen"] for c in controls), controls

@@ -347,11 +347,15 @@ def _paged_reference(
             d = _gamma(head_dim + 2, u) * score_mag.max(-1)
             spread = np.abs(scores - m).max(-1)
             rel = 2 * d + u * (2 * spread + 12) + 2 * _gamma(length + head_dim, u)
-            err, linear = softmax_value_error(
-                q[None], ks, vs, scale, None, u, acc, (rel[:, None] * weighted)[None]
-            )
+            # rel * sum p|v| is first order in the score errors: once they reach order 1 (huge
+            # scores: wide values) any key may win, and the one bound that holds is the hull of
+            # the values (an output of nonnegative weights summing to 1, each rounded).
+            hull = np.abs(vs - value[b][None]).max(0) * (1 + 4 * u) + 4 * u * np.abs(vs).max(0)
+            worst = np.where(rel[:, None] < 1, rel[:, None] * weighted, hull)
+            err, linear = softmax_value_error(q[None], ks, vs, scale, None, u, acc, worst[None])
             error[b] = err[0]
-            magnitude[b] = np.where(linear[0], np.abs(value[b]), weighted)
+            top = np.where(rel[:, None] < 1, weighted, np.abs(vs).max(0))
+            magnitude[b] = np.where(linear[0], np.abs(value[b]), top)
     # softmax_value_error counts the final division's (or reciprocal and product's) roundings.
     bound = _output_rounding(value, error, case.dtype, magnitude, acc, last_counted=True)
     return (Reference(value, bound, case.dtype, acc),)
