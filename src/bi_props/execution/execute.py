@@ -175,12 +175,7 @@ def _owned_rows(case: Case) -> list[int]:
     on more than its rows: ``OpSpec.companion_output_rows``)."""
     info = OPS[case.op]
     assert case.batch is not None
-    owned = [
-        int(info.companion_output_rows(case, c))
-        if info.companion_output_rows is not None
-        else info.owned_rows(case, c.rows)
-        for c in case.batch.companions
-    ]
+    owned = [info.companion_owned_rows(case, c) for c in case.batch.companions]
     owned.insert(case.batch.position, info.owned_rows(case, case.shape[0]))
     return owned
 

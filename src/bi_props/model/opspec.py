@@ -202,6 +202,12 @@ class OpSpec:
         """Output rows of a sample with ``rows`` input rows (``output_rows``, else ``rows``)."""
         return rows if self.output_rows is None else int(self.output_rows(case, rows))
 
+    def companion_owned_rows(self, case: Case, companion: Companion) -> int:
+        """Output rows a companion owns (``companion_output_rows``, else ``owned_rows``)."""
+        if self.companion_output_rows is not None:
+            return int(self.companion_output_rows(case, companion))
+        return self.owned_rows(case, companion.rows)
+
     def needle_output(self, case: Case) -> tuple[int, int]:
         """(offset, rows) of the needle's output rows inside its batch's output (offset 0 and
         the needle's own rows without a batch)."""
@@ -209,9 +215,7 @@ class OpSpec:
         if case.batch is None:
             return 0, rows
         before = case.batch.companions[: case.batch.position]
-        if self.companion_output_rows is not None:
-            return sum(int(self.companion_output_rows(case, c)) for c in before), rows
-        return sum(self.owned_rows(case, c.rows) for c in before), rows
+        return sum(self.companion_owned_rows(case, c) for c in before), rows
 
     def references(
         self,
