@@ -100,15 +100,21 @@ def clean_cpu_campaign(tmp_path: Path) -> Callable[..., dict]:
     """``bi-props fuzz --target cpu --ops OP --strict-controls`` on a space file; asserts what an
     op with a batch-invariant cpu kernel must show: exit 0, no finding, every one of its cells ran
     examples (routing, reference, determinism in both states, batch_invariance enabled, parity),
-    and its negative control (stock, switch off) saw batch variance. Returns the report."""
+    and its negative control (stock, switch off) saw batch variance. With ``examples_per_cell``
+    the run is bounded by that evidence (``--examples-per-cell``; the budget only caps it) and
+    must have stopped on it, every cell with that many examples. Returns the report."""
 
-    def run(op: str, space: str, budget_s: int, seed: int) -> dict:
+    def run(
+        op: str, space: str, budget_s: int, seed: int, examples_per_cell: int | None = None
+    ) -> dict:
         space_file = tmp_path / "space.toml"
         space_file.write_text(space)
         out = tmp_path / "campaign"
         command = [sys.executable, "-m", "bi_props.cli", "fuzz", "--target", "cpu", "--ops", op,
                    "--budget", str(budget_s), "--out", str(out), "--strategies", str(space_file),
                    "--seed", str(seed), "--strict-controls"]  # fmt: skip
+        if examples_per_cell is not None:
+            command += ["--examples-per-cell", str(examples_per_cell)]
         proc = subprocess.run(command, capture_output=True, text=True, timeout=budget_s * 10)
         report = json.loads((out / "report.json").read_text())
         assert proc.returncode == 0, (
@@ -128,6 +134,11 @@ def clean_cpu_campaign(tmp_path: Path) -> Callable[..., dict]:
         controls = [c for c in report["controls"] if c["op"] == op]
         assert controls and all(c["variance_seen"] for c in controls), controls
         assert [c["property"] for c in controls] == ["batch_invariance"], controls
+        if examples_per_cell is not None:
+            stopped = report["campaign"].get("stopped_early", "")
+            assert f"--examples-per-cell {examples_per_cell}" in stopped, stopped
+            thin = [c for c in report["cells"] if c["examples"] < examples_per_cell]
+            assert not thin, thin
         return report
 
     return run

@@ -529,8 +529,6 @@ def test_max_findings_is_validated(tmp_path: Path, capsys) -> None:
 
     assert main(["fuzz", "--max-findings", "0", "--out", str(tmp_path / "a")]) == 2
     assert "--max-findings 0: must be at least 1" in capsys.readouterr().err
-    assert main(["fuzz", "--max-findings", "1", "--ray", "--out", str(tmp_path / "b")]) == 2
-    assert "not supported with --ray" in capsys.readouterr().err
 
 
 def test_max_findings_stops_the_turns_and_the_report_says_so(tmp_path: Path) -> None:
@@ -572,8 +570,6 @@ def test_examples_per_cell_is_validated(tmp_path: Path, capsys) -> None:
 
     assert main(["fuzz", "--examples-per-cell", "0", "--out", str(tmp_path / "a")]) == 2
     assert "--examples-per-cell 0: must be at least 1" in capsys.readouterr().err
-    assert main(["fuzz", "--examples-per-cell", "5", "--ray", "--out", str(tmp_path / "b")]) == 2
-    assert "not supported with --ray" in capsys.readouterr().err
     space = parse({"ops": {"include": ["mm"]}}, "x", "x")
     with pytest.raises(ValueError, match="examples_per_cell"):
         Campaign(["cpu"], space, tmp_path, 60.0, examples_per_cell=0)

@@ -109,7 +109,7 @@ def test_search_shrinks_past_its_deadline_once_it_found_a_failure():
 
     def run(shrink_s: float):
         replay = planted_factory("off")
-        deadline = time.perf_counter() + 8
+        deadline = time.perf_counter() + 4
 
         def late_after_first_failure(scenario):
             result = replay(scenario)
@@ -120,7 +120,7 @@ def test_search_shrinks_past_its_deadline_once_it_found_a_failure():
         return search("alone", late_after_first_failure, ScenarioSpace(), 200,
                       deadline=deadline, shrink_s=shrink_s)  # fmt: skip
 
-    # the deadline is 8 s away: the wait makes it pass at the first failure, not before
+    # the deadline is 4 s away: the wait makes it pass at the first failure, not before
     shrunk = run(shrink_s=60)
     assert shrunk.finding is not None and shrunk.finding.scenario == unbounded.scenario
     cut = run(shrink_s=0)

@@ -314,4 +314,4 @@ head_dims = [8, 16]
 def test_fuzz_on_the_cpu_target_gives_no_finding_and_the_control_sees_variance(
     clean_cpu_campaign,
 ) -> None:
-    clean_cpu_campaign(OP, SPACE, budget_s=90, seed=7)
+    clean_cpu_campaign(OP, SPACE, budget_s=300, seed=7, examples_per_cell=30)

@@ -362,7 +362,7 @@ def test_every_property_holds_on_the_cpu_target_in_both_switch_states(clean_cpu_
     """``bi-props fuzz --ops fused_moe`` on the cpu target: routing, reference, batch
     invariance, determinism (enabled and disabled) and parity all run examples with no finding,
     and the negative control (stock, switch off) sees batch variance."""
-    clean_cpu_campaign(OP, CAMPAIGN_SPACE, budget_s=60, seed=11)
+    clean_cpu_campaign(OP, CAMPAIGN_SPACE, budget_s=300, seed=11, examples_per_cell=30)
 
 
 def test_the_op_is_defined_by_one_spec() -> None:

@@ -73,9 +73,11 @@ CONDITION = {  # on (rows of the call: needle and companions, K)
 # Each bug library's campaign stops at its first finding (``--max-findings 1``: shrunk and
 # confirmed first), as a bisection or a CI gate would run it; the hang library spends its budget
 # (on loaded cores its first finding can be an honest flaky timeout, load not the library, and
-# the test looks past those), the contract library (its changed dtype shows first as a reference
-# mismatch, parity's finding comes later), and the correct library (no finding in the budget).
-FULL_BUDGET = {"planted_hang", "planted_contract", "planted_correct"}
+# the test looks past those). The contract library (its changed dtype shows first as a reference
+# mismatch, parity's finding comes later) and the correct library (no finding) run until every
+# cell has EVIDENCE examples (``--examples-per-cell``): the same examples on any load.
+FULL_BUDGET = {"planted_hang"}
+EVIDENCE = {"planted_contract": 40, "planted_correct": 40}
 
 
 def _start(root: Path, library: str, env: dict) -> tuple:
@@ -87,7 +89,9 @@ def _start(root: Path, library: str, env: dict) -> tuple:
     command = [sys.executable, "-m", "bi_props.cli", "fuzz", "--target", library,
                "--ops", "mm", "--budget", str(BUDGET_S), "--out", str(out),
                "--strategies", str(space), "--seed", "7"]  # fmt: skip
-    if library not in FULL_BUDGET:
+    if library in EVIDENCE:
+        command += ["--examples-per-cell", str(EVIDENCE[library])]
+    elif library not in FULL_BUDGET:
         command += ["--max-findings", "1"]
     process = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
     return process, out, log, time.monotonic()
@@ -100,7 +104,9 @@ def campaigns(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, 
     root = tmp_path_factory.mktemp("campaigns")
     path = os.pathsep.join([str(PLANTED), os.environ.get("PYTHONPATH", "")])
     env = {**os.environ, "PYTHONPATH": path}
-    waiting = sorted([*EXPECTED, "planted_correct"], key=lambda lib: lib not in FULL_BUDGET)
+    # The longest first: the hang's budget, then the evidence-bounded ones.
+    order = lambda lib: (lib not in FULL_BUDGET, lib not in EVIDENCE)  # noqa: E731
+    waiting = sorted([*EXPECTED, "planted_correct"], key=order)
     running: dict[str, tuple] = {}
     results = {}
     while waiting or running:
@@ -172,8 +178,10 @@ def test_fuzz_finds_the_planted_bug(campaigns, library: str) -> None:
     # Past the budget only the last fresh-process confirmation and the reports may run (a hang's
     # confirmation waits out its 3 s timeout; process starts are slow on a loaded machine).
     assert elapsed < BUDGET_S + 90, f"the campaign overran its budget: {elapsed:.0f} s"
-    if library not in FULL_BUDGET:  # it stopped at its first finding, and the report says so
-        stopped = report["campaign"].get("stopped_early", "")
+    stopped = report["campaign"].get("stopped_early", "")
+    if library in EVIDENCE:  # it stopped on its evidence, and the report says so
+        assert f"--examples-per-cell {EVIDENCE[library]}" in stopped, stopped
+    elif library not in FULL_BUDGET:  # it stopped at its first finding, and the report says so
         assert stopped.startswith("after 1 new finding(s) (--max-findings 1)"), stopped
         assert "stopping after 1 new finding(s)" in log, log[-3000:]
 
@@ -184,7 +192,11 @@ def test_fuzz_gives_no_finding_for_the_correct_library(campaigns) -> None:
     code, log, report, _ = campaigns["planted_correct"]
     assert code == 0, (report.get("findings"), log[-3000:])
     assert report["findings"] == []
-    assert report["examples"] > 20  # it ran (the rate depends on the load of the machine)
+    # It ran its stated evidence: every cell EVIDENCE examples (or retired), on any load.
+    stopped = report["campaign"].get("stopped_early", "")
+    assert f"--examples-per-cell {EVIDENCE['planted_correct']}" in stopped, stopped
+    thin = [c for c in report["cells"] if c["examples_this_run"] < 40 and not c["retired"]]
+    assert not thin, thin
     # The control ran; whether 100 derandomized examples of this mixed-dtype space hit stock mm's
     # float32 variance depends on the seed (test_planted.py checks the control's line for this
     # library through pytest, and the property suite checks the controls on the CPU target).

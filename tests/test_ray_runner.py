@@ -119,12 +119,19 @@ def test_ray_campaign_survives_a_killed_actor(local_ray, tmp_path: Path) -> None
             ray.kill(slot.actor)
 
     log = io.StringIO()
+    # Bounded by evidence (every cell 60 examples or retired), the 120 s only a cap: the same
+    # shards run on a loaded machine, more slowly.
     campaign = RayCampaign(
-        [PLANTED], space, out, 120, seed=5, actors=2, log=log, on_dispatch=kill_once
-    )
+        [PLANTED], space, out, 120, seed=5, actors=2, log=log, on_dispatch=kill_once,
+        examples_per_cell=60,
+    )  # fmt: skip
     status = campaign.run()
     text = log.getvalue()
     assert status == 1, text[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    assert "--examples-per-cell 60" in report["campaign"].get("stopped_early", ""), text[-3000:]
+    cells = report["cells"]
+    assert all(c["examples_this_run"] >= 60 or c["retired"] for c in cells), cells
 
     # The killed actor's shard was re-queued and then completed by a live actor.
     (shard_id, slot_index) = killed[0]
@@ -133,7 +140,6 @@ def test_ray_campaign_survives_a_killed_actor(local_ray, tmp_path: Path) -> None
     assert [s for s, _ in campaign.dispatched].count(shard_id) == 2
     assert f"actor {slot_index} ({PLANTED}) died running" in text and "re-queued" in text
 
-    report = json.loads((out / "report.json").read_text())
     signatures = [finding_from_dict(f).signature() for f in report["findings"]]
     assert len(signatures) == len(set(signatures))
     assert set(signatures) >= BUG_SIGNATURES, text[-3000:]

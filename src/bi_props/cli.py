@@ -415,16 +415,6 @@ def _fuzz(args: argparse.Namespace) -> int:
         return _usage(f"--max-findings {args.max_findings}: must be at least 1")
     if args.examples_per_cell is not None and args.examples_per_cell < 1:
         return _usage(f"--examples-per-cell {args.examples_per_cell}: must be at least 1")
-    if args.max_findings is not None and args.ray is not None:
-        return _usage(
-            "--max-findings is not supported with --ray (each actor sees only its own "
-            "findings); run without --ray"
-        )
-    if args.examples_per_cell is not None and args.ray is not None:
-        return _usage(
-            "--examples-per-cell is not supported with --ray (each actor sees only its own "
-            "shards' counts); run without --ray, or give --ray a --budget alone"
-        )
     space = _space(args)
     from .model.known import DataFileError, load_known
 
@@ -563,6 +553,8 @@ def _run_fuzz(args: argparse.Namespace, space, known, targets: list[str]) -> int
                 actors=args.ray_actors,
                 device=args.ray_device,
                 known=known,
+                max_findings=args.max_findings,
+                examples_per_cell=args.examples_per_cell,
             )
         from .campaigns.campaign import Campaign
 

@@ -324,6 +324,8 @@ class RayCampaign(Campaign):
         grace_s: float = GRACE_S,
         on_dispatch=None,
         write_reports: bool = True,
+        max_findings: int | None = None,
+        examples_per_cell: int | None = None,
     ) -> None:
         super().__init__(
             targets,
@@ -335,6 +337,8 @@ class RayCampaign(Campaign):
             log=log,
             write_reports=write_reports,
             known=known,
+            max_findings=max_findings,
+            examples_per_cell=examples_per_cell,
         )
         self.address = address
         self.actors = actors
@@ -506,7 +510,14 @@ class RayCampaign(Campaign):
                 return shard
         busy = {shard.cell for _, shard in inflight.values()}
         d = data[target]
-        live = [c for c in d.cells if not c.done and (target, c.op, c.prop, c.switch) not in busy]
+        need = self.examples_per_cell
+        live = [
+            c
+            for c in d.cells
+            if not c.done
+            and (need is None or c.examples < need)
+            and (target, c.op, c.prop, c.switch) not in busy
+        ]
         if not live:
             return None
         d.round, d.round_seed = ledger.next_round(target)
@@ -544,17 +555,36 @@ class RayCampaign(Campaign):
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return
+            if self._enough_findings(ledger, lambda: self._examples(data)):
+                return  # the in-flight shards still report (_drain)
             for slot in self.slots:
                 if slot.busy:
                     continue
                 shard = self._next_shard(ledger, data, queue, inflight, slot.target)
                 if shard is not None:
                     self._dispatch(slot, shard, remaining, inflight)
-            if not inflight:
-                return  # every cell retired
+            if not inflight:  # every cell retired, or ran --examples-per-cell examples
+                self._record_enough_examples(ledger, data)
+                return
             ready, _ = ray.wait(list(inflight), num_returns=1, timeout=max(0.0, remaining))
             for ref in ready:
                 self._collect(ray, ledger, data, queue, inflight, ref)
+
+    def _record_enough_examples(self, ledger: Ledger, data: dict[str, _TargetData]) -> None:
+        """The report's ``stopped_early`` when ``examples_per_cell`` ended the run: every cell of
+        every target ran that many examples in this run or retired (the controls' shards are
+        queued first, so each has reported by now)."""
+        need = self.examples_per_cell
+        cells = [c for d in data.values() for c in d.cells]
+        if need is None or not any(not c.done for c in cells):
+            return
+        why = (
+            f"once every cell had run {need} examples or retired ({len(cells)} cells, "
+            f"--examples-per-cell {need}), "
+            f"{time.monotonic() - ledger.started_monotonic:.0f} s of the {self.budget_s:g} s budget"
+        )
+        ledger.extra["stopped_early"] = why
+        ledger.progress(f"stopping {why}", self._examples(data))
 
     def _drain(self, ray, ledger, data, queue, inflight, grace_s: float) -> None:
         """After the deadline: no new shards; in-flight ones may still report within grace_s."""
