@@ -7,7 +7,8 @@ wrapped so that its kernel is about ``--slowdown`` times slower: the wrapper tim
 library's own kernel and then sleeps (slowdown - 1) times that long (a sleep, not a slow path: the
 results are the library's, bit for bit). The kernels are already elementwise Python loops, slower
 than stock ``torch.mm``, so this is at least ``--slowdown`` x stock. Every library runs for a fixed
-``--budget`` with each ``--seeds`` seed, at most ``--parallel`` campaigns at once, and the table
+``--budget`` with each ``--seeds`` seed (stopped once its planted class is recorded, unless
+``--full-budget``), at most ``--parallel`` campaigns at once, and the table
 gives per library: how many seeds found the planted class within the budget, the median seconds to
 the first finding of that class (the campaign's progress line that records it: the end of the
 turn, shrink and fresh-process confirmation included), and the median examples run until then.
@@ -25,6 +26,7 @@ import argparse
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -120,6 +122,7 @@ def run_all(args: argparse.Namespace) -> dict[str, list[dict]]:
     jobs = [(lib, seed) for seed in args.seeds for lib in [*args.libraries, CORRECT]]
     running: list[tuple[subprocess.Popen, str, int, Path, float]] = []
     results: dict[str, list[dict]] = {}
+    stopped: set[int] = set()
     while jobs or running:
         while jobs and len(running) < args.parallel:
             lib, seed = jobs.pop(0)
@@ -135,6 +138,13 @@ def run_all(args: argparse.Namespace) -> dict[str, list[dict]]:
         for entry in list(running):
             process, lib, seed, out, started = entry
             if process.poll() is None:
+                # Found: the rest of its budget decides nothing here; SIGTERM ends the campaign
+                # cleanly (it writes its report). The seconds come from its own progress line.
+                if args.stop_when_found and lib in EXPECTED and process.pid not in stopped:
+                    log = (work / f"{lib}-{seed}.log").read_text()
+                    if first_finding(log, EXPECTED[lib]) is not None:
+                        process.send_signal(signal.SIGTERM)
+                        stopped.add(process.pid)
                 continue
             running.remove(entry)
             log = (work / f"{lib}-{seed}.log").read_text()
@@ -202,6 +212,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ops", default=None, help="restrict the catalogue (default: all ops)")
     parser.add_argument(
         "--libraries", default=",".join(EXPECTED), help="comma-separated planted libraries"
+    )
+    parser.add_argument(
+        "--full-budget",
+        dest="stop_when_found",
+        action="store_false",
+        help="let every campaign spend its whole budget (default: a campaign is stopped once "
+        "its planted class is recorded; the correct library always spends its budget)",
     )
     args = parser.parse_args(argv)
     try:

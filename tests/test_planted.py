@@ -430,7 +430,7 @@ def test_planted_bug_is_found(pytester, planted_on_path, tmp_path, planted: Plan
 # -- bi-props fuzz ------------------------------------------------------------------------------
 
 
-FUZZ_BUDGETS = {"planted_batch_variant": 60, "planted_correct": 20}
+FUZZ_BUDGETS = {"planted_batch_variant": 40, "planted_correct": 20}
 
 
 @dataclass
