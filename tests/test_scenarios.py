@@ -502,6 +502,11 @@ def test_graph_sizes_pad_between_capture_sizes_and_the_timeline_says_so():
         "step 1: r0 decode 1, r1 decode 1 [graph 4: 2 tokens padded to 4]"
     )
     assert result.render_timeline(EngineConfig()) == result.render_timeline()
+    idle = ScenarioResult((RequestResult((1,), (0,)),), ((), (Scheduled(0, "prefill", 3),)))
+    assert idle.render_timeline(full).splitlines()[1:] == [
+        "step 0: (idle)",
+        "step 1: r0 prefill 3 [graph 4: 3 tokens padded to 4]",
+    ]
 
 
 def test_scenario_table_turns_cuda_graphs_on():

