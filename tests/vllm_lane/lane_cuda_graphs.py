@@ -34,14 +34,19 @@ def needs_vllm():
         )
 
 
-def test_engine_kwargs_are_vllm_names_and_values():
+def test_engine_kwargs_are_vllm_names_and_values(tmp_path):
     from vllm import LLM
     from vllm.config import CompilationConfig
     from vllm.config.compilation import CompilationMode, CUDAGraphMode
     from vllm.config.utils import is_init_field
     from vllm.engine.arg_utils import EngineArgs
 
-    from bi_props.targets.vllm_scenarios import CUDA_MEMORY_SHARE, engine_kwargs
+    from bi_props.catalogue import ENGINE_VOCAB
+    from bi_props.targets.engine import write_tiny_model
+    from bi_props.targets.vllm_scenarios import CUDA_MEMORY_SHARE, ScenarioDriver, engine_kwargs
+
+    ScenarioDriver.prepare_environment()  # offline, as the driver runs: a local model folder
+    model = str(write_tiny_model(tmp_path / "tiny", vocab=ENGINE_VOCAB))
 
     full = EngineConfig(cuda_graph_sizes=(1, 4), cuda_graph_mode="FULL_DECODE_ONLY")
     piecewise = EngineConfig(prefix_caching=True, chunk_budget=16, cuda_graph_sizes=(2,))
@@ -53,14 +58,14 @@ def test_engine_kwargs_are_vllm_names_and_values():
         compilation = kwargs["compilation_config"]
         # LLM(compilation_config=dict) keeps only CompilationConfig's init fields (llm.py:263)
         assert all(is_init_field(CompilationConfig, key) for key in compilation), compilation
-        args = EngineArgs(model="unused", **kwargs)  # every key an EngineArgs field
+        args = EngineArgs(model=model, **kwargs)  # every key an EngineArgs field
         assert args.enforce_eager is False
         assert args.gpu_memory_utilization == CUDA_MEMORY_SHARE
         assert isinstance(args.compilation_config, CompilationConfig)
         assert args.compilation_config.cudagraph_capture_sizes == list(config.cuda_graph_sizes)
         assert args.compilation_config.cudagraph_mode == mode
         assert args.compilation_config.mode == compile_mode
-    eager = EngineArgs(model="unused", **engine_kwargs(EngineConfig()))
+    eager = EngineArgs(model=model, **engine_kwargs(EngineConfig()))
     assert eager.enforce_eager is True
     assert eager.compilation_config.cudagraph_capture_sizes is None
     named = inspect.signature(LLM.__init__).parameters
