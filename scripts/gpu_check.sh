@@ -28,9 +28,11 @@
 #   4. scenarios engine scenarios on vLLM's own engine on CUDA (optional: vLLM on CUDA), not the
 #                property suite: `bi-props scenarios --target vllm-engine --states off,on` over
 #                strategies/scenarios-cuda.toml, CUDA graphs on as one more dimension (eager or
-#                a drawn set of capture sizes); searching gets a third of the limit, shrinking
-#                10 s past it, start-up the rest; its report in OUT_DIR/scenarios/campaign/
-#                (the `kernels` state installs bi_props' CPU kernels: not for CUDA)  at most 130 s
+#                a drawn set of capture sizes), properties alone and decode_vs_prefill (their
+#                twins run eagerly: where graph padding shows); searching gets a third of the
+#                limit, shrinking 10 s past it, start-up the rest; its report in
+#                OUT_DIR/scenarios/campaign/ (the `kernels` state installs bi_props' CPU
+#                kernels: not for CUDA)                                               at most 130 s
 # The whole run is capped at 450 s (BI_PROPS_GPU_CHECK_TOTAL_S; 420 s before the scenarios part,
 # whose 130 s came from the other parts: controls 75 -> 70, sglang 150 -> 110, vllm 120 -> 95);
 # a part never gets more than what is left. Limits: BI_PROPS_GPU_CHECK_<PART>_S. Not one of the
@@ -52,7 +54,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 REPO=$(pwd)
 PARTS_DIR="$REPO/scripts/gpu_check_parts"
 
-usage() { sed -n '2,49p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,51p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 die() { echo "gpu_check.sh: $*" >&2; exit 2; }
 
 OUT="" WHEELS="" ALLOW_MISSING=0 PLAN=0 CHECK=0
@@ -109,7 +111,8 @@ part_command() {  # the command line of a part (one line, for --plan and for run
     if [ "$part" = scenarios ]; then  # not the property suite: the engine-scenario campaign
         local budget=$(( $(limit_of scenarios) / 3 ))
         printf '%q ' "$PYTHON" -m bi_props.cli scenarios --target "$target" --space "$SCENARIOS_SPACE" \
-            --states off,on --budget "$budget" --shrink-s 10 --out "$OUT/$part/campaign"
+            --states off,on --props alone,decode_vs_prefill --budget "$budget" --shrink-s 10 \
+            --out "$OUT/$part/campaign"
         return
     fi
     local common=("$PYTHON" -m pytest "$SUITE" --bi-target "$target" -p no:cacheprovider -v

@@ -125,6 +125,7 @@ def test_scenarios_part_runs_the_engine_campaign_with_cuda_graphs(tmp_path):
     assert words[1:4] == ["-m", "bi_props.cli", "scenarios"], words
     option = {words[i]: words[i + 1] for i in range(4, len(words) - 1, 2)}
     assert option["--target"] == "vllm-engine" and option["--states"] == "off,on"
+    assert option["--props"] == "alone,decode_vs_prefill"  # both twins run eagerly
     assert option["--space"] == str(REPO / "strategies" / "scenarios-cuda.toml")
     assert option["--out"] == f"{tmp_path}/out/scenarios/campaign"
     assert int(option["--budget"]) == limit // 3 and float(option["--shrink-s"]) == 10

@@ -275,6 +275,13 @@ def _scenarios_parser(sub: Any) -> None:
         help="scenarios drawn per search (default: the space's [hypothesis] max_examples)",
     )
     scenarios.add_argument(
+        "--props",
+        default=None,
+        metavar="P,...",
+        help="judge only these properties (comma-separated; default all: alone, prefix_cache, "
+        "chunked, preemption, decode_vs_prefill); fewer searches, each a larger share",
+    )
+    scenarios.add_argument(
         "--shrink-s",
         type=float,
         default=60.0,
@@ -301,6 +308,16 @@ def _scenarios(args: argparse.Namespace) -> int:
         return _usage(f"--examples {args.examples}: must be at least 1")
     if not math.isfinite(args.shrink_s) or args.shrink_s < 0:
         return _usage(f"--shrink-s {args.shrink_s}: must be a finite number of seconds >= 0")
+    props = None
+    if args.props is not None:
+        from .model.scenario_judge import PROPERTIES
+
+        props = tuple(p.strip() for p in args.props.split(",") if p.strip())
+        unknown = [p for p in props if p not in PROPERTIES]
+        if not props or unknown:
+            return _usage(
+                f"--props: unknown {unknown or list(props)}; choose from {list(PROPERTIES)}"
+            )
     states = [s.strip() for s in args.states.split(",") if s.strip()]
     unknown = [s for s in states if s not in STATES]
     if not states or unknown:
@@ -353,6 +370,7 @@ def _scenarios(args: argparse.Namespace) -> int:
             args.out,
             space_file=str(args.space or ""),
             shrink_s=args.shrink_s,
+            props=props,
         )
     print(f"bi-props scenarios: {len(report['findings'])} finding(s); report in {args.out}")
     return code

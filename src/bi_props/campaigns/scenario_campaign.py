@@ -102,8 +102,10 @@ def run_state(
     work: Path,
     model_dir: str | None = None,
     shrink_s: float = SHRINK_S,
+    props: tuple[str, ...] | None = None,
 ) -> dict[str, Any]:
-    """One state in a fresh interpreter; its result, or ``failed`` with why."""
+    """One state in a fresh interpreter; its result, or ``failed`` with why. ``props``: only the
+    searches of the worker's plan that judge these properties (None: all of them)."""
     request = {
         "target": target,
         "state": state,
@@ -113,6 +115,10 @@ def run_state(
         "model_dir": model_dir,
         "shrink_s": shrink_s,
     }
+    if props is not None:
+        from .scenario_worker import PLAN
+
+        request["plan"] = [list(p) for p in PLAN if p[1] in props]
     request_path = work / f"state-{state}.request.json"
     result_path = work / f"state-{state}.json"
     log_path = work / f"state-{state}.log"
@@ -155,6 +161,7 @@ def run_campaign(
     space_file: str = "",
     model_dir: str | None = None,
     shrink_s: float = SHRINK_S,
+    props: tuple[str, ...] | None = None,
 ) -> tuple[dict[str, Any], int]:
     """Every state in turn, then the reports; (report, exit status)."""
     from ..reporting.scenario_report import write_all
@@ -166,7 +173,9 @@ def run_campaign(
     for n, state in enumerate(states):
         spent = sum(r.get("seconds", 0) - r.get("startup_s", 0) for r in results)
         share = max(1.0, (budget - spent) / (len(states) - n))
-        results.append(run_state(target, state, space, examples, share, work, model_dir, shrink_s))
+        results.append(
+            run_state(target, state, space, examples, share, work, model_dir, shrink_s, props)
+        )
     report = {
         "kind": "engine-scenarios",
         "target": target,
@@ -175,6 +184,7 @@ def run_campaign(
         "examples": examples,
         "budget_s": budget,
         "shrink_s": shrink_s,
+        "props": list(props or PROPERTIES),
         "seconds": round(time.perf_counter() - start, 1),
         "states": results,
         "verdicts": verdicts(results),
