@@ -491,6 +491,9 @@ def test_graph_sizes_pad_between_capture_sizes_and_the_timeline_says_so():
     decode = EngineConfig(cuda_graph_sizes=(1, 4), cuda_graph_mode="FULL_DECODE_ONLY")
     assert decode.graph_size(3, decode_only=True) == 4
     assert decode.graph_size(3, decode_only=False) is None  # a mixed batch runs eagerly
+    two = replace(decode, max_num_seqs=2)  # vLLM captures no decode graph above max_num_seqs
+    assert two.graph_size(2, decode_only=True) is None and two.graph_size(1, True) == 1
+    assert replace(full, max_num_seqs=2).graph_size(3, decode_only=True) == 4  # FULL: all sizes
     assert EngineConfig().graph_size(3, decode_only=True) is None
     result = ScenarioResult(
         (RequestResult((1,), (0,)), RequestResult((2,), (0,))),

@@ -29,6 +29,9 @@ CUDA_GRAPH_MODES = ("FULL_DECODE_ONLY", "FULL", "PIECEWISE", "FULL_AND_PIECEWISE
 DEFAULT_CUDA_GRAPH_MODE = "FULL_AND_PIECEWISE"
 """vLLM 0.32.0's own default: its default optimization level O2 (vllm/config/vllm.py:427) sets it
 (vllm/config/vllm.py:303)."""
+DEFAULT_MAX_NUM_SEQS = 8
+"""The most sequences a step holds where a configuration does not set ``max_num_seqs`` (what
+the vllm-engine driver passes vLLM)."""
 PIECEWISE_MODES = ("PIECEWISE", "FULL_AND_PIECEWISE")
 """Modes that need torch.compile's piecewise graphs (``CompilationMode.VLLM_COMPILE``)."""
 
@@ -147,11 +150,18 @@ class EngineConfig:
 
     def graph_size(self, tokens: int, decode_only: bool) -> int | None:
         """The capture size a step of ``tokens`` tokens is padded up to (its CUDA graph), or None
-        where it runs eagerly: graphs off, more tokens than the largest size, or a step that is
-        not all decodes under FULL_DECODE_ONLY (vLLM runs mixed batches eagerly there)."""
+        where it runs eagerly: graphs off, more tokens than the largest size, or under
+        FULL_DECODE_ONLY a step that is not all decodes (vLLM runs mixed batches eagerly there)
+        or finds no decode graph: vLLM 0.32.0 captures decode graphs only for sizes up to
+        ``max_num_seqs`` (vllm/v1/cudagraph_dispatcher.py:204-221)."""
         sizes = self.cuda_graph_sizes
-        if sizes is None or (self.cuda_graph_mode == "FULL_DECODE_ONLY" and not decode_only):
+        if sizes is None:
             return None
+        if self.cuda_graph_mode == "FULL_DECODE_ONLY":
+            if not decode_only:
+                return None
+            most = self.max_num_seqs or DEFAULT_MAX_NUM_SEQS
+            sizes = tuple(size for size in sizes if size <= most)
         return next((size for size in sizes if size >= tokens), None)
 
     def eager(self) -> EngineConfig:

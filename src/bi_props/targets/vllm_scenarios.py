@@ -39,6 +39,7 @@ from typing import Any
 
 from ..model.scenario import (
     BLOCK_SIZE,
+    DEFAULT_MAX_NUM_SEQS,
     PIECEWISE_MODES,
     EngineConfig,
     Request,
@@ -54,7 +55,6 @@ MAX_MODEL_LEN = 64
 """Two blocks of ``BLOCK_SIZE``: a request's prompt plus generated tokens must fit."""
 ROOMY_BLOCKS = 64
 """The KV pool of a configuration without ``kv_blocks``: never runs out for the small spaces."""
-DEFAULT_MAX_NUM_SEQS = 8
 CUDA_MEMORY_SHARE = 0.04
 """Of the GPU's memory, what one engine may plan for on CUDA (about 3 GiB of an H100's 80: the
 tiny model and its few KV blocks need far less). Several engines live in one process."""
