@@ -15,6 +15,9 @@
 #      by `bi-props scenarios` in the states on, off and kernels (report in
 #      $(dirname $BI_PROPS_LANE_SUMMARY)/scenarios-out), and a planted prefix-cache bug wrapped
 #      around that engine found and shrunk;
+#   3c. tests/vllm_lane/lane_cuda_graphs.py: CUDA graphs as a scenario dimension (the GPU check's
+#      scenarios part), on what CPU can check: the engine arguments are vLLM 0.32.0's names, and a
+#      space with CUDA graphs is refused off CUDA (seconds, no engine built);
 #   4. tests/vllm_lane/lane_verl_switch.py: the `vllm` target switched by verl 0.9.1's own code
 #      (`--bi-switch verl`; verl is added to this venv without its dependencies, see below);
 #   5. tests/vllm_lane/lane_vllm_triton.py: the `vllm` target with vLLM's real Triton kernels run
@@ -96,6 +99,7 @@ python -m pytest tests/vllm_lane/lane_engine.py -q -p no:cacheprovider || status
 scenarios_start=$(date +%s)
 python -m pytest tests/vllm_lane/lane_scenarios.py -q -p no:cacheprovider || status=1
 echo "vLLM lane: engine scenarios took $(( $(date +%s) - scenarios_start )) s"
+python -m pytest tests/vllm_lane/lane_cuda_graphs.py -q -p no:cacheprovider || status=1
 verl_start=$(date +%s)
 python -m pytest tests/vllm_lane/lane_verl_switch.py -q -p no:cacheprovider || status=1
 echo "vLLM lane: verl switch tests took $(( $(date +%s) - verl_start )) s"

@@ -11,7 +11,7 @@
 #   sglang    SGLang's wheel (sglang-0.5.23-py3-none-any.whl), installed or in --wheels DIR; only
 #             its batch_invariant_ops.py is executed, none of its dependencies is imported
 #   optional  vLLM, a CUDA build already installed (it cannot be brought as a wheel here); without
-#             it the vllm part is SKIPPED and the exit status is not affected
+#             it the vllm and scenarios parts are SKIPPED and the exit status is not affected
 # --wheels DIR: wheels brought along are unpacked with `pip install --no-deps --no-index --target
 # OUT_DIR/site` and put on PYTHONPATH; nothing is installed into the machine's Python.
 #
@@ -20,15 +20,25 @@
 # worker logs (tmp/) and Hypothesis data (hypothesis/) stay in OUT_DIR/<part>/:
 #   1. controls  stock PyTorch only (target gpu_check_stock: nothing switched), negative controls of
 #                mm, bmm, log_softmax, mean (strategies/gpu-check-controls.toml): batch variance
-#                of cuBLAS is expected and recorded, not a failure                     at most 75 s
+#                of cuBLAS is expected and recorded, not a failure                     at most 70 s
 #   2. sglang    SGLang's batch_invariant_ops Triton kernels on the GPU (bi_props.targets.sglang),
 #                mm, addmm, bmm, log_softmax, mean, rms_norm (strategies/gpu-check.toml); fp32
-#                tl.dot there is TF32 (no input_precision): declared, so the bound is TF32's at most 150 s
-#   3. vllm      vLLM's batch-invariant mode (optional)                                 at most 120 s
-# The whole run is capped at 420 s (BI_PROPS_GPU_CHECK_TOTAL_S); a part never gets more than
-# what is left. OUT_DIR/summary.md is rewritten after every part: one row per part (status,
-# seconds, examples, findings, controls with variance, largest shapes) and, for a part that was
-# cut, the tests it finished and the one it was in.
+#                tl.dot there is TF32 (no input_precision): declared, so the bound is TF32's at most 110 s
+#   3. vllm      vLLM's batch-invariant mode (optional)                                 at most 95 s
+#   4. scenarios engine scenarios on vLLM's own engine on CUDA (optional: vLLM on CUDA), not the
+#                property suite: `bi-props scenarios --target vllm-engine --states off,on` over
+#                strategies/scenarios-cuda.toml, CUDA graphs on as one more dimension (eager or
+#                a drawn set of capture sizes), properties alone and decode_vs_prefill (their
+#                twins run eagerly: where graph padding shows); searching gets a third of the
+#                limit, shrinking 10 s past it, start-up the rest; its report in
+#                OUT_DIR/scenarios/campaign/ (the `kernels` state installs bi_props' CPU
+#                kernels: not for CUDA)                                               at most 130 s
+# The whole run is capped at 450 s (BI_PROPS_GPU_CHECK_TOTAL_S; 420 s before the scenarios part,
+# whose 130 s came from the other parts: controls 75 -> 70, sglang 150 -> 110, vllm 120 -> 95);
+# a part never gets more than what is left. Limits: BI_PROPS_GPU_CHECK_<PART>_S. Not one of the
+# limits has been measured on a GPU yet. OUT_DIR/summary.md is rewritten after every part: one
+# row per part (status, seconds, examples or scenarios judged, findings, controls with variance,
+# largest shapes) and, for a part that was cut, the tests it finished and the one it was in.
 #
 # --interpret (or BI_PROPS_GPU_CHECK_INTERPRET=1): the same parts on CPU under Triton's interpreter
 # (TRITON_INTERPRET=1, bi_props' compat layer) with a tiny space (strategies/gpu-check-interpret
@@ -44,7 +54,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 REPO=$(pwd)
 PARTS_DIR="$REPO/scripts/gpu_check_parts"
 
-usage() { sed -n '2,41p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,51p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 die() { echo "gpu_check.sh: $*" >&2; exit 2; }
 
 OUT="" WHEELS="" ALLOW_MISSING=0 PLAN=0 CHECK=0
@@ -71,31 +81,40 @@ case "$INTERPRET" in 0|1) ;; *) die "BI_PROPS_GPU_CHECK_INTERPRET must be 0 or 1
 PYTHON="${PYTHON:-python3}"
 SUITE="$REPO/src/bi_props/suite/test_properties.py"
 int_or_die() { case "$2" in ''|*[!0-9]*) die "$1 must be a whole number of seconds, got '$2'" ;; esac; }
-TOTAL_S="${BI_PROPS_GPU_CHECK_TOTAL_S:-420}"; int_or_die BI_PROPS_GPU_CHECK_TOTAL_S "$TOTAL_S"
+TOTAL_S="${BI_PROPS_GPU_CHECK_TOTAL_S:-450}"; int_or_die BI_PROPS_GPU_CHECK_TOTAL_S "$TOTAL_S"
+SCENARIOS_SPACE="$REPO/strategies/scenarios-cuda.toml"
 if [ "$INTERPRET" = 1 ]; then
     SPACE="$REPO/strategies/gpu-check-interpret.toml"
     CONTROLS_SPACE="$SPACE"
-    LIMITS=(controls:"${BI_PROPS_GPU_CHECK_CONTROLS_S:-100}" sglang:"${BI_PROPS_GPU_CHECK_SGLANG_S:-200}" vllm:"${BI_PROPS_GPU_CHECK_VLLM_S:-120}")
+    # scenarios: never runs here (it needs vLLM on CUDA): SKIPPED as optional by check_env.py
+    LIMITS=(controls:"${BI_PROPS_GPU_CHECK_CONTROLS_S:-100}" sglang:"${BI_PROPS_GPU_CHECK_SGLANG_S:-200}" vllm:"${BI_PROPS_GPU_CHECK_VLLM_S:-120}" scenarios:"${BI_PROPS_GPU_CHECK_SCENARIOS_S:-60}")
     [ -n "${BI_PROPS_GPU_CHECK_TOTAL_S:-}" ] || TOTAL_S=450
 else
     SPACE="$REPO/strategies/gpu-check.toml"
     CONTROLS_SPACE="$REPO/strategies/gpu-check-controls.toml"
-    LIMITS=(controls:"${BI_PROPS_GPU_CHECK_CONTROLS_S:-75}" sglang:"${BI_PROPS_GPU_CHECK_SGLANG_S:-150}" vllm:"${BI_PROPS_GPU_CHECK_VLLM_S:-120}")
+    LIMITS=(controls:"${BI_PROPS_GPU_CHECK_CONTROLS_S:-70}" sglang:"${BI_PROPS_GPU_CHECK_SGLANG_S:-110}" vllm:"${BI_PROPS_GPU_CHECK_VLLM_S:-95}" scenarios:"${BI_PROPS_GPU_CHECK_SCENARIOS_S:-130}")
 fi
 # A planted part that hangs (the hang test; BI_PROPS_GPU_CHECK_PLANT_HANG=SECONDS): a real
 # controller whose worker never returns from its first example (tests/planted/planted_hang.py).
 PLANT_HANG="${BI_PROPS_GPU_CHECK_PLANT_HANG:-}"
-PARTS=(controls sglang vllm)
+PARTS=(controls sglang vllm scenarios)
 if [ -n "$PLANT_HANG" ]; then
     int_or_die BI_PROPS_GPU_CHECK_PLANT_HANG "$PLANT_HANG"
-    PARTS=(hang controls sglang vllm)
+    PARTS=(hang controls sglang vllm scenarios)
     LIMITS+=(hang:"$PLANT_HANG")
 fi
 limit_of() { local kv; for kv in "${LIMITS[@]}"; do [ "${kv%%:*}" = "$1" ] && { int_or_die "the $1 part's limit" "${kv#*:}"; echo "${kv#*:}"; return; }; done; }
-target_of() { case "$1" in controls) echo gpu_check_stock ;; hang) echo planted_hang ;; *) echo "$1" ;; esac; }
+target_of() { case "$1" in controls) echo gpu_check_stock ;; hang) echo planted_hang ;; scenarios) echo vllm-engine ;; *) echo "$1" ;; esac; }
 
-part_command() {  # the pytest command line of a part (one line, for --plan and for running)
+part_command() {  # the command line of a part (one line, for --plan and for running)
     local part="$1" target; target=$(target_of "$1")
+    if [ "$part" = scenarios ]; then  # not the property suite: the engine-scenario campaign
+        local budget=$(( $(limit_of scenarios) / 3 ))
+        printf '%q ' "$PYTHON" -m bi_props.cli scenarios --target "$target" --space "$SCENARIOS_SPACE" \
+            --states off,on --props alone,decode_vs_prefill --budget "$budget" --shrink-s 10 \
+            --out "$OUT/$part/campaign"
+        return
+    fi
     local common=("$PYTHON" -m pytest "$SUITE" --bi-target "$target" -p no:cacheprovider -v
         --bi-report "$OUT/$part/report.json" --junitxml "$OUT/$part/junit.xml")
     case "$part" in

@@ -46,6 +46,9 @@ def _cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
         (["--budget", "0"], "--budget 0.0: must be a positive"),
         (["--budget", "nan"], "must be a positive, finite"),
         (["--examples", "0"], "--examples 0: must be at least 1"),
+        (["--shrink-s", "-1"], "--shrink-s -1.0: must be a finite number of seconds >= 0"),
+        (["--props", "alone,sideways"], "--props: unknown ['sideways']; choose from ['alone'"),
+        (["--props", ","], "--props: unknown []"),
         (["--states", "off,sideways"], "--states: unknown ['sideways']"),
         (["--states", "off,off"], "a state is named twice"),
         (["--target", "no_such_module_xyz:f"], "No module named 'no_such_module_xyz'"),
@@ -250,10 +253,13 @@ def test_planted_reproducer_runs_and_prints_the_diverging_token(planted_run):
 def test_clean_engine_in_off_and_kernels_states(tmp_path):
     """The fake is invariant: no finding, every property judged in both states; the kernels
     state really installed bi_props' kernels and set VLLM_CPU_ATTN_SPLIT_KV=0 in its worker."""
-    proc = _cli("--target", "scenario_fake:factory", "--states", "off,kernels",
-                "--examples", "8", "--budget", "120", "--out", str(tmp_path))  # fmt: skip
+    proc = _cli("--target", "scenario_fake:factory", "--states", "off,kernels", "--examples",
+                "8", "--budget", "120", "--shrink-s", "7", "--out", str(tmp_path))  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads((tmp_path / "report.json").read_text())
+    assert report["shrink_s"] == 7.0  # and each state's worker was asked for it:
+    request = json.loads((tmp_path / "states" / "state-kernels.request.json").read_text())
+    assert request["shrink_s"] == 7.0 and "plan" not in request  # every search: the default
     assert report["findings"] == [] and not list((tmp_path / "repro").iterdir())
     facts = {s["state"]: s["facts"] for s in report["states"]}
     assert facts["kernels"]["bi_props kernels installed"] == "bi_props_cpu"
@@ -288,3 +294,20 @@ def test_train_rollout_agreement_is_bitwise_and_names_the_first_divergence():
     assert off["first_diverging"]["index"] == 1 and off["first_diverging"]["token"] == 8
     with pytest.raises(ValueError, match="2 trainer logprobs for 3 tokens"):
         train_rollout((7, 8, 9), bits, values[:2])
+
+
+def test_props_narrows_the_searches_to_those_properties(tmp_path):
+    """--props alone: each state runs only the plan's searches of `alone` (the GPU check's
+    scenarios part uses it: fewer searches, each a larger share); the other properties are
+    reported not judged, never held."""
+    from bi_props.campaigns.scenario_worker import PLAN
+
+    proc = _cli("--target", "scenario_fake:factory", "--states", "off", "--examples", "5",
+                "--budget", "60", "--props", "alone", "--out", str(tmp_path))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["props"] == ["alone"]
+    searches = report["states"][0]["searches"]
+    assert [(s["pass"], s["prop"]) for s in searches] == [p for p in PLAN if p[1] == "alone"]
+    rows = {r["prop"]: r["verdict"] for r in report["verdicts"]}
+    assert rows.pop("alone") == "held" and set(rows.values()) == {"not judged"}, rows

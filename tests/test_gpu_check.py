@@ -46,7 +46,17 @@ def test_syntax():
 def test_help_states_what_must_be_installed_and_the_parts():
     proc = _run("--help")
     assert proc.returncode == 0, proc.stderr
-    words = ("OUT_DIR", "--wheels", "--check", "controls", "sglang", "vllm", "--interpret")
+    words = (
+        "OUT_DIR",
+        "--wheels",
+        "--check",
+        "controls",
+        "sglang",
+        "vllm",
+        "--interpret",
+        "scenarios",
+        "CUDA graphs",
+    )
     for word in (*words, "numpy", "hypothesis", "pytest", "torch", "triton", "optional", "TF32"):
         assert word in proc.stdout, word
 
@@ -88,12 +98,12 @@ def _plan(tmp_path: Path, *args: str, **env: str) -> list[tuple[str, int, str]]:
 
 def test_gpu_plan_fits_eight_minutes_with_margin(tmp_path):
     rows = _plan(tmp_path, BI_PROPS_GPU_CHECK_INTERPRET="0")
-    assert [r[0] for r in rows] == ["controls", "sglang", "vllm"]
+    assert [r[0] for r in rows] == ["controls", "sglang", "vllm", "scenarios"]
     grace = 5 + 1  # run_part.py: TERM, 5 s, KILL
-    assert sum(limit + grace for _, limit, _ in rows) + 15 <= 420 < 480  # 15 s: --check, wheels
-    for part, _, line in rows:
+    assert sum(limit + grace for _, limit, _ in rows) + 15 <= 450 < 480  # 15 s: --check, wheels
+    for part, _, line in rows[:3]:
         assert f"{tmp_path}/out/{part}/report.json" in line, line
-    controls, sglang, vllm = (r[2] for r in rows)
+    controls, sglang, vllm = (r[2] for r in rows[:3])
     # stock controls need only torch: no SGLang, no vLLM, not the `cuda` profile's 300 examples
     assert "--bi-target gpu_check_stock" in controls and "test_batch_variance_control" in controls
     assert "gpu-check-controls.toml" in controls and "--hypothesis-profile" not in controls
@@ -102,23 +112,56 @@ def test_gpu_plan_fits_eight_minutes_with_margin(tmp_path):
     assert not (tmp_path / "out").exists(), "--plan must not create anything"
 
 
+def test_scenarios_part_runs_the_engine_campaign_with_cuda_graphs(tmp_path):
+    """The scenarios part: `bi-props scenarios` on vLLM's engine, states off and on only (the
+    kernels state installs bi_props' CPU kernels), the CUDA space, searching a third of its limit
+    and shrinking 10 s past it, so that two states' start-up fits the rest."""
+    import shlex
+
+    (part, limit, line), = [r for r in _plan(tmp_path, BI_PROPS_GPU_CHECK_INTERPRET="0")
+                            if r[0] == "scenarios"]  # fmt: skip
+    assert part == "scenarios" and "[vllm-engine]" in line
+    words = shlex.split(line.split(" s: ", 1)[1])
+    assert words[1:4] == ["-m", "bi_props.cli", "scenarios"], words
+    option = {words[i]: words[i + 1] for i in range(4, len(words) - 1, 2)}
+    assert option["--target"] == "vllm-engine" and option["--states"] == "off,on"
+    assert option["--props"] == "alone,decode_vs_prefill"  # both twins run eagerly
+    assert option["--space"] == str(REPO / "strategies" / "scenarios-cuda.toml")
+    assert option["--out"] == f"{tmp_path}/out/scenarios/campaign"
+    assert int(option["--budget"]) == limit // 3 and float(option["--shrink-s"]) == 10
+    longer = _plan(tmp_path, BI_PROPS_GPU_CHECK_INTERPRET="0", BI_PROPS_GPU_CHECK_SCENARIOS_S="300")
+    assert "--budget 100 " in longer[-1][2] and longer[-1][1] == 300
+
+
+def test_cuda_scenario_space_turns_cuda_graphs_on_with_small_counts():
+    from bi_props.model.space import load
+
+    space = load(REPO / "strategies" / "scenarios-cuda.toml")
+    scenarios = space.scenarios
+    assert scenarios.cuda_graphs and scenarios.cuda_graph_sizes == (1, 4)
+    assert scenarios.cuda_graph_mode == "FULL_DECODE_ONLY"  # full graphs: no torch.compile
+    assert space.max_examples <= 10 and space.database == "none" and space.derandomize
+    assert len(scenarios.chunk_budgets) == len(scenarios.kv_blocks) == 1
+    assert len(scenarios.max_num_seqs) == 1
+
+
 def test_total_cap_is_stated_in_the_plan(tmp_path):
     proc = _run(str(tmp_path), "--plan", BI_PROPS_GPU_CHECK_INTERPRET="0")
-    assert "at most 420 s in all" in proc.stdout, proc.stdout
+    assert "at most 450 s in all" in proc.stdout, proc.stdout
 
 
 def test_interpret_plan_uses_the_tiny_space_and_a_planted_hang_first(tmp_path):
     rows = _plan(tmp_path, "--interpret", BI_PROPS_GPU_CHECK_PLANT_HANG="20")
-    assert [r[0] for r in rows] == ["hang", "controls", "sglang", "vllm"]
+    assert [r[0] for r in rows] == ["hang", "controls", "sglang", "vllm", "scenarios"]
     assert rows[0][1] == 20 and "--bi-target planted_hang" in rows[0][2]
     assert "hang_case.toml" in rows[0][2]
-    assert all("gpu-check-interpret.toml" in r[2] for r in rows)
+    assert all("gpu-check-interpret.toml" in r[2] for r in rows[:4])
 
 
 def test_spaces_fit_their_parts():
     from bi_props.model.space import load
 
-    for name, part_s in (("gpu-check-controls", 75), ("gpu-check", 120)):
+    for name, part_s in (("gpu-check-controls", 70), ("gpu-check", 95)):
         space = load(REPO / "strategies" / f"{name}.toml")
         assert space.start_timeout_s < part_s and space.example_timeout_s < part_s, name
         assert space.database == "none" and space.derandomize, name
@@ -136,10 +179,11 @@ def test_check_lists_what_a_gpu_machine_must_have():
     assert seconds < 45, seconds
     names = [ln.split()[1] for ln in proc.stdout.splitlines()[1:-1]]
     for name in ("python", "numpy", "hypothesis", "pytest", "torch", "torch-cuda", "triton",
-                 "triton-driver", "bi_props", "sglang", "vllm"):  # fmt: skip
+                 "triton-driver", "bi_props", "sglang", "vllm", "vllm-cuda"):  # fmt: skip
         assert name in names, (name, proc.stdout)
-    vllm = next(ln for ln in proc.stdout.splitlines() if ln.split()[1:2] == ["vllm"])
-    assert vllm.split()[0] in ("ok", "optional"), vllm  # never a reason to fail
+    for optional in ("vllm", "vllm-cuda"):
+        line = next(ln for ln in proc.stdout.splitlines() if ln.split()[1:2] == [optional])
+        assert line.split()[0] in ("ok", "optional"), line  # never a reason to fail
     if "MISSING" in proc.stdout:  # e.g. this machine: no CUDA
         assert proc.returncode == 2 and proc.stdout.splitlines()[-1].startswith("MISSING: ")
     else:
@@ -263,6 +307,53 @@ def test_summary_status_findings_survivors_and_missing(tmp_path):
     assert code == 2 and "SURVIVING PROCESSES [99]" in text
     _write_part(tmp_path, "other", missing="sglang: not importable")
     assert _summarize(tmp_path, "controls", "other")[0] == 2
+
+
+def test_missing_for_scenarios_says_it_needs_vllm_on_cuda(tmp_path):
+    """Under --interpret the scenarios part is always skipped (optional): vLLM on CUDA only."""
+    check = tmp_path / "check.json"
+    subprocess.run([sys.executable, str(PARTS / "check_env.py"), "--interpret", "--json",
+                    str(check)], capture_output=True, text=True, timeout=120)  # fmt: skip
+    why = subprocess.run(
+        [sys.executable, str(PARTS / "check_env.py"), "--missing-for", "scenarios", str(check)],
+        capture_output=True, text=True, timeout=60,
+    ).stdout.strip()  # fmt: skip
+    assert why.startswith("optional: ") and "vllm-cuda: " in why, why
+    assert "interpret mode (CPU): CUDA graphs need vLLM on CUDA" in why, why
+    assert "needs vLLM on CUDA" in why and "torch-cuda" not in why  # skipped under --interpret
+
+
+def test_summary_of_the_scenarios_part_counts_scenarios_and_names_features(tmp_path):
+    campaign = {
+        "findings": [{"state": "off", "prop": "alone", "kind": "mismatch",
+                      "message": "the needle: logprob of generated token 1 differs\nmore",
+                      "features": ["CUDA graphs (FULL_DECODE_ONLY, capture sizes 4)"]}],
+        "verdicts": [{"state": "off", "prop": "alone", "judged": 7, "verdict": "FAILED"},
+                     {"state": "off", "prop": "chunked", "judged": 3, "verdict": "held"},
+                     {"state": "on", "prop": "alone", "judged": 0, "verdict": "state broken"}],
+        "states": [{"state": "off"}, {"state": "on", "broken": "RuntimeError: no\nmore"}],
+    }  # fmt: skip
+    _write_part(tmp_path, "scenarios", {"exit": 1, "seconds": 99, "limit_s": 130})
+    (tmp_path / "scenarios" / "campaign").mkdir()
+    (tmp_path / "scenarios" / "campaign" / "report.json").write_text(json.dumps(campaign))
+    code, text = _summarize(tmp_path, "scenarios")
+    assert code == 1, text
+    assert "| scenarios | ran, findings | 1 | 99 of 130 | 10 scenarios | 1 | - | - |" in text
+    assert "state off: 10 scenarios judged; held: chunked" in text
+    assert (
+        "state on: 0 scenarios judged; held: none; BROKEN at its first forward: RuntimeError"
+        in text
+    )
+    assert (
+        "finding: off / alone mismatch: the needle: logprob of generated token 1 differs "
+        "[features on: CUDA graphs (FULL_DECODE_ONLY, capture sizes 4)]" in text
+    )
+    _write_part(tmp_path, "bad", {"exit": 2})  # e.g. the CPU refusal: a usage error
+    (tmp_path / "scenarios" / "part.json").write_text(json.dumps(
+        {"limit_s": 130, "seconds": 6, "exit": 2, "timed_out": False, "killed": [],
+         "survivors": []}))  # fmt: skip
+    code, text = _summarize(tmp_path, "scenarios")
+    assert code == 2 and "| scenarios | FAILED to run (exit 2; see scenarios/log)" in text, text
 
 
 def test_largest_shapes_per_op_from_examples(tmp_path):

@@ -448,3 +448,199 @@ def test_small_pool_scenarios_are_drawn_crowded_too():
     draw()
     assert crowded >= 10, crowded
     assert find(scenarios(space), lambda s: True, settings=QUICK) == Scenario((Request((4,)),))
+
+
+# ---------------------------------------------------------------------------------------------
+# CUDA graphs: one more dimension of the engine configuration (the GPU check's scenarios part)
+
+CUDA_SPACE = ScenarioSpace(cuda_graph_sizes=(1, 2, 4), cuda_graph_mode="FULL_DECODE_ONLY")
+
+
+def test_cuda_graph_config_is_data_and_names_itself():
+    graphs = EngineConfig(cuda_graph_sizes=(4, 1, 4))
+    assert graphs.cuda_graph_sizes == (1, 4) and not graphs.plain
+    assert graphs.features() == ("CUDA graphs (FULL_AND_PIECEWISE, capture sizes 1, 4)",)
+    assert graphs.eager() == EngineConfig() and EngineConfig().execution == "eager"
+    s = Scenario(
+        (Request((4, 5)),),
+        EngineConfig(chunk_budget=16, cuda_graph_sizes=(2,), cuda_graph_mode="FULL"),
+    )
+    assert repr(s) == (
+        "Scenario(requests=(Request(prompt=(4, 5)),), config=EngineConfig(chunk_budget=16, "
+        "cuda_graph_sizes=(2,), cuda_graph_mode='FULL'))"
+    )
+    assert parse_scenario(repr(s)) == s and pickle.loads(pickle.dumps(s)) == s
+    assert s.features()[-1] == "CUDA graphs (FULL, capture sizes 2)"
+    assert s.alone().config == EngineConfig()  # the judge's plain twin is eager
+    assert s.with_config(chunk_budget=None).config.cuda_graph_sizes == (2,)  # others keep it
+    with pytest.raises(ValueError, match="cuda_graph_sizes must be sizes >= 1"):
+        EngineConfig(cuda_graph_sizes=())
+    with pytest.raises(ValueError, match="cuda_graph_sizes must be sizes >= 1"):
+        EngineConfig(cuda_graph_sizes=(0, 2))
+    with pytest.raises(ValueError, match="cuda_graph_mode must be one of"):
+        EngineConfig(cuda_graph_sizes=(2,), cuda_graph_mode="NONE")
+    with pytest.raises(ValueError, match="CUDA graphs are off"):
+        EngineConfig(cuda_graph_mode="FULL")
+
+
+def test_graph_sizes_pad_between_capture_sizes_and_the_timeline_says_so():
+    full = EngineConfig(cuda_graph_sizes=(1, 4, 8))
+    assert [full.graph_size(n, decode_only=False) for n in (1, 2, 4, 5, 8, 9)] == [
+        1, 4, 4, 8, 8, None,
+    ]  # fmt: skip
+    decode = EngineConfig(cuda_graph_sizes=(1, 4), cuda_graph_mode="FULL_DECODE_ONLY")
+    assert decode.graph_size(3, decode_only=True) == 4
+    assert decode.graph_size(3, decode_only=False) is None  # a mixed batch runs eagerly
+    two = replace(decode, max_num_seqs=2)  # vLLM captures no decode graph above max_num_seqs
+    assert two.graph_size(2, decode_only=True) is None and two.graph_size(1, True) == 1
+    assert replace(full, max_num_seqs=2).graph_size(3, decode_only=True) == 4  # FULL: all sizes
+    assert EngineConfig().graph_size(3, decode_only=True) is None
+    result = ScenarioResult(
+        (RequestResult((1,), (0,)), RequestResult((2,), (0,))),
+        ((Scheduled(0, "prefill", 16),), (Scheduled(0, "decode", 1), Scheduled(1, "decode", 1))),
+    )
+    assert result.render_timeline(decode) == (
+        "engine: CUDA graphs (FULL_DECODE_ONLY, capture sizes 1, 4)\n"
+        "step 0: r0 prefill 16\n"
+        "step 1: r0 decode 1, r1 decode 1 [graph 4: 2 tokens padded to 4]"
+    )
+    assert result.render_timeline(EngineConfig()) == result.render_timeline()
+    idle = ScenarioResult((RequestResult((1,), (0,)),), ((), (Scheduled(0, "prefill", 3),)))
+    assert idle.render_timeline(full).splitlines()[1:] == [
+        "step 0: (idle)",
+        "step 1: r0 prefill 3 [graph 4: 3 tokens padded to 4]",
+    ]
+
+
+def test_scenario_table_turns_cuda_graphs_on():
+    space = parse(
+        {"scenarios": {"cuda_graph_sizes": [4, 1, 4], "cuda_graph_mode": "FULL_DECODE_ONLY"}},
+        "x.toml",
+        "x",
+    ).scenarios
+    assert space.cuda_graphs and space.cuda_graph_sizes == (1, 4)
+    assert space.cuda_graph_mode == "FULL_DECODE_ONLY"
+    assert not ScenarioSpace().cuda_graphs and not load_profile("ci").scenarios.cuda_graphs
+    with pytest.raises(SpaceError, match=r"key 'scenarios.cuda_graph_mode'.*not one of"):
+        parse({"scenarios": {"cuda_graph_mode": "EAGER"}}, "x.toml", "x")
+    with pytest.raises(SpaceError, match=r"key 'scenarios.cuda_graph_sizes'.*sizes >= 1"):
+        parse({"scenarios": {"cuda_graph_sizes": [0]}}, "x.toml", "x")
+
+
+def test_strategy_draws_cuda_graphs_only_where_the_space_has_them():
+    drawn: list[tuple[int, ...] | None] = []
+
+    @given(scenarios(CUDA_SPACE))
+    @settings(QUICK, max_examples=100)
+    def draw(scenario):
+        config = scenario.config
+        drawn.append(config.cuda_graph_sizes)
+        if config.cuda_graph_sizes is not None:
+            assert set(config.cuda_graph_sizes) <= set(CUDA_SPACE.cuda_graph_sizes)
+            assert config.cuda_graph_mode == "FULL_DECODE_ONLY"
+
+    draw()
+    graphs = [d for d in drawn if d is not None]
+    assert None in drawn and len(graphs) >= 20 and len(set(graphs)) >= 3, drawn
+    # the minimum is eager; with graphs required, the fewest and smallest sizes
+    assert find(scenarios(CUDA_SPACE), lambda s: True, settings=QUICK).config == EngineConfig()
+    smallest = find(
+        scenarios(CUDA_SPACE), lambda s: s.config.cuda_graph_sizes is not None, settings=QUICK
+    )
+    assert smallest.config == EngineConfig(
+        cuda_graph_sizes=(1,), cuda_graph_mode="FULL_DECODE_ONLY"
+    )
+
+    @given(scenarios(SPACE))
+    @QUICK
+    def never(scenario):
+        assert scenario.config.cuda_graph_sizes is None
+
+    never()
+
+
+class PaddedGraphDrift:
+    """A planted engine bug for the tests: with CUDA graphs on, a step padded up to a larger
+    capture size perturbs the last bit of the logprobs it computes (as a padded GEMM with another
+    M might): eager and unpadded steps are exact."""
+
+    def __init__(self, engine) -> None:
+        self.engine = engine
+
+    def __call__(self, scenario: Scenario) -> ScenarioResult:
+        result = self.engine(scenario)
+        config = scenario.config
+        hit: set[int] = set()
+        for entries in result.timeline:
+            tokens = sum(e.tokens for e in entries)
+            decode_only = all(e.phase == "decode" for e in entries)
+            size = config.graph_size(tokens, decode_only)
+            if size is not None and size > tokens:
+                hit.update(e.request for e in entries if e.phase == "decode")
+        requests = tuple(
+            replace(r, logprob_bits=tuple(b ^ 1 for b in r.logprob_bits)) if i in hit else r
+            for i, r in enumerate(result.requests)
+        )
+        return replace(result, requests=requests)
+
+
+def test_search_shrinks_a_padding_bug_to_cuda_graphs_and_names_them():
+    result = search("alone", PaddedGraphDrift(FakeEngine()), CUDA_SPACE, max_examples=200)
+    finding = result.finding
+    assert finding is not None and finding.kind == "mismatch" and finding.reproduced is True
+    shrunk = parse_scenario(finding.scenario)
+    assert shrunk.config.cuda_graph_sizes is not None and finding.requests <= 3
+    assert shrunk.config.cuda_graph_sizes == (2,) or shrunk.config.cuda_graph_sizes == (4,)
+    assert shrunk.config.eager() == EngineConfig()  # nothing else on
+    assert any(
+        f.startswith("CUDA graphs (FULL_DECODE_ONLY, capture sizes ") for f in finding.features
+    )
+    assert "tokens padded to" in finding.timeline and finding.timeline.startswith("engine: CUDA")
+    assert parse_scenario(finding.twin).config == EngineConfig()  # compared with eager
+
+
+def test_shrinking_drops_cuda_graphs_a_bug_does_not_need():
+    planted = StaleOnPrefixHit(FakeEngine())
+    finding = search("prefix_cache", planted, CUDA_SPACE, max_examples=200).finding
+    assert finding is not None
+    assert parse_scenario(finding.scenario).config == EngineConfig(prefix_caching=True)
+    assert not any("CUDA graphs" in f for f in finding.features)
+
+
+def test_driver_kwargs_turn_cuda_graphs_on_by_vllm_names():
+    from bi_props.targets.vllm_scenarios import CUDA_MEMORY_SHARE, engine_kwargs
+
+    eager = engine_kwargs(EngineConfig())
+    assert eager["enforce_eager"] is True and "compilation_config" not in eager
+    assert "gpu_memory_utilization" not in eager  # CPU: vLLM's CPU KV space applies
+    on_cuda = engine_kwargs(EngineConfig(), cuda=True)
+    assert on_cuda["gpu_memory_utilization"] == CUDA_MEMORY_SHARE <= 0.1  # several engines fit
+    assert on_cuda["enforce_eager"] is True  # CUDA alone does not turn graphs on
+    full = engine_kwargs(
+        EngineConfig(max_num_seqs=2, cuda_graph_sizes=(1, 4), cuda_graph_mode="FULL_DECODE_ONLY")
+    )
+    assert full["enforce_eager"] is False and full["max_num_seqs"] == 2
+    assert full["compilation_config"] == {
+        "cudagraph_capture_sizes": [1, 4],
+        "cudagraph_mode": "FULL_DECODE_ONLY",
+        "mode": "NONE",  # full graphs need no torch.compile: none is paid for
+    }
+    piecewise = engine_kwargs(EngineConfig(cuda_graph_sizes=(2,)))
+    assert piecewise["enforce_eager"] is False
+    assert piecewise["compilation_config"] == {
+        "cudagraph_capture_sizes": [2],
+        "cudagraph_mode": "FULL_AND_PIECEWISE",
+    }  # vLLM's default compilation (VLLM_COMPILE), which piecewise graphs need
+
+
+def test_cli_refuses_cuda_graphs_off_cuda(monkeypatch):
+    from bi_props import cli
+    from bi_props.targets import vllm_scenarios
+
+    monkeypatch.setattr(vllm_scenarios, "vllm_platform", lambda: "cpu")
+    problem = cli._cuda_graphs_problem(Path("s.toml"), (1, 4))
+    assert problem is not None
+    assert problem.startswith("--space s.toml: key 'scenarios.cuda_graph_sizes' = [1, 4]")
+    assert "vLLM here runs on cpu, not CUDA" in problem and "Remove cuda_graph_sizes" in problem
+    monkeypatch.setattr(vllm_scenarios, "vllm_platform", lambda: "cuda")
+    assert cli._cuda_graphs_problem(Path("s.toml"), (1, 4)) is None

@@ -29,48 +29,48 @@ PROBES: dict[str, tuple[str, tuple[str, ...], str]] = {
         "import sys, platform; v = sys.version_info; "
         "assert v >= (3, 10), 'Python ' + platform.python_version() + ' < 3.10'; "
         "print(platform.python_version())",
-        ("controls", "sglang", "vllm", "hang"),
+        ("controls", "sglang", "vllm", "scenarios", "hang"),
         "Python >= 3.10",
     ),
     "tomllib": (
         "try:\n    import tomllib\nexcept ImportError:\n    import tomli as tomllib\n"
         "print(tomllib.__name__)",
-        ("controls", "sglang", "vllm", "hang"),
+        ("controls", "sglang", "vllm", "scenarios", "hang"),
         "Python 3.11's tomllib, or pip install tomli on 3.10",
     ),
     "/proc": (
         "import os; assert os.path.isdir('/proc/self'), 'no /proc'; print('ok')",
-        ("controls", "sglang", "vllm", "hang"),
+        ("controls", "sglang", "vllm", "scenarios", "hang"),
         "Linux with /proc (run_part.py finds the part's workers there)",
     ),
     "numpy": (
         "import numpy; v = tuple(int(x) for x in numpy.__version__.split('.')[:2]); "
         "assert v >= (1, 24), numpy.__version__; print(numpy.__version__)",
-        ("controls", "sglang", "vllm", "hang"),
+        ("controls", "sglang", "vllm", "scenarios", "hang"),
         "pip install 'numpy>=1.24'",
     ),
     "hypothesis": (
         "import hypothesis; v = hypothesis.__version_info__; "
         "assert tuple(v[:2]) >= (6, 100), hypothesis.__version__; print(hypothesis.__version__)",
-        ("controls", "sglang", "vllm", "hang"),
+        ("controls", "sglang", "vllm", "scenarios", "hang"),
         "pip install 'hypothesis>=6.100'",
     ),
     "pytest": (
         "import pytest; v = tuple(int(x) for x in pytest.__version__.split('.')[:2]); "
         "assert v >= (7, 4), pytest.__version__; print(pytest.__version__)",
-        ("controls", "sglang", "vllm", "hang"),
+        ("controls", "sglang", "vllm", "scenarios", "hang"),
         "pip install 'pytest>=7.4'",
     ),
     "torch": (
         "import torch; print(torch.__version__, '(CUDA', torch.version.cuda, ')')",
-        ("controls", "sglang", "vllm", "hang"),
+        ("controls", "sglang", "vllm", "scenarios", "hang"),
         "a CUDA build of torch (pip install torch, with the CUDA wheels)",
     ),
     "torch-cuda": (
         "import torch; assert torch.cuda.is_available(), 'torch.cuda.is_available() is False "
         "(CPU build, or no driver)'; print(torch.cuda.get_device_name(0), "
         "'capability', torch.cuda.get_device_capability(0))",
-        ("controls", "sglang", "vllm"),
+        ("controls", "sglang", "vllm", "scenarios"),
         "a CUDA build of torch and a working NVIDIA driver (nvidia-smi)",
     ),
     "triton": (
@@ -86,7 +86,7 @@ PROBES: dict[str, tuple[str, tuple[str, ...], str]] = {
     ),
     "bi_props": (
         "import bi_props, bi_props.plugin; print(bi_props.__file__)",
-        ("controls", "sglang", "vllm", "hang"),
+        ("controls", "sglang", "vllm", "scenarios", "hang"),
         "run from the checkout (src/ is put on PYTHONPATH) or pip install -e .",
     ),
     "sglang": (
@@ -102,11 +102,22 @@ PROBES: dict[str, tuple[str, tuple[str, ...], str]] = {
     "vllm": (
         "import importlib.util as u; assert u.find_spec('vllm'), 'vLLM not importable'; "
         "from importlib.metadata import version; print(version('vllm'))",
-        ("vllm",),
+        ("vllm", "scenarios"),
         "optional: vLLM's CUDA build installed on this machine (pip install vllm)",
     ),
+    "vllm-cuda": (
+        "import os; assert os.environ.get('TRITON_INTERPRET') != '1', 'interpret mode (CPU): "
+        "CUDA graphs need vLLM on CUDA'; import importlib.util as u; "
+        "assert u.find_spec('vllm'), 'vLLM not importable'; "
+        "from vllm.platforms import current_platform as p; "
+        "assert p.is_cuda(), 'vLLM runs on ' + str(p.device_type) + ', not CUDA'; "
+        "import vllm; print(vllm.__version__, 'on CUDA')",
+        ("scenarios",),
+        "optional: needs vLLM on CUDA (its CUDA build and a GPU): the scenarios part replays "
+        "engine scenarios with CUDA graphs, which vLLM has only there",
+    ),
 }
-OPTIONAL = {"vllm"}
+OPTIONAL = {"vllm", "vllm-cuda"}
 # Under --interpret (CPU, TRITON_INTERPRET=1) no GPU is needed; the interpreter is the device.
 INTERPRET_SKIP = {"torch-cuda", "triton-driver"}
 INTERPRET_PARTS = {"triton": ("sglang", "vllm")}

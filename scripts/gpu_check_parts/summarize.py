@@ -3,7 +3,8 @@
     python3 summarize.py OUT_DIR TOTAL_SECONDS ALLOW_MISSING PART...
 
 Written after every part, so a run that is itself cut still leaves a summary. Per part: status,
-exit code, seconds of its limit, examples run, findings, negative controls that saw variance and
+exit code, seconds of its limit, examples run (the scenarios part: scenarios judged, from its
+campaign's report in ``scenarios/campaign/``), findings, negative controls that saw variance and
 the largest shapes reached per op (from examples.jsonl); for a part that was cut or crashed, the
 tests it finished, the one it was in, the processes killed and the last lines of its log.
 Prints the summary; exits 0 (all ran, nothing found), 1 (findings) or 2 (a part could not run,
@@ -74,6 +75,33 @@ def tests_in_log(log: Path) -> tuple[list[tuple[str, str]], str | None]:
     return done, running
 
 
+def scenario_counts(report: dict, row: dict) -> None:
+    """An engine-scenario campaign's report (``bi-props scenarios``) in a part's row: scenarios
+    judged (all states and properties), findings, and per state what it judged and found."""
+    verdicts = report.get("verdicts", [])
+    findings = report.get("findings", [])
+    row["examples"] = f"{sum(v.get('judged', 0) for v in verdicts)} scenarios"
+    row["findings"] = str(len(findings))
+    for state in report.get("states", []):
+        name = state.get("state")
+        mine = [v for v in verdicts if v.get("state") == name]
+        judged = sum(v.get("judged", 0) for v in mine)
+        held = sorted(v["prop"] for v in mine if v.get("verdict") == "held")
+        text = f"state {name}: {judged} scenarios judged; held: {', '.join(held) or 'none'}"
+        if state.get("broken"):
+            text += f"; BROKEN at its first forward: {str(state['broken']).splitlines()[0]}"
+        if state.get("failed"):
+            text += f"; worker FAILED: {str(state['failed']).splitlines()[0]}"
+        row["details"].append(text)
+    for f in findings:
+        first = (f.get("message") or "").strip().splitlines()[:1]
+        features = ", ".join(f.get("features") or []) or "(none)"
+        row["details"].append(
+            f"finding: {f.get('state')} / {f.get('prop')} {f.get('kind', '')}: "
+            f"{first[0] if first else ''} [features on: {features}]"
+        )
+
+
 def part_summary(out: Path, part: str, allow_missing: bool) -> tuple[dict, int]:
     folder = out / part
     row = {"part": part, "status": "not run yet", "exit": "-", "seconds": "-", "examples": "-",
@@ -92,8 +120,13 @@ def part_summary(out: Path, part: str, allow_missing: bool) -> tuple[dict, int]:
     code = record["exit"]
     row["exit"] = str(code)
     row["seconds"] = f"{record['seconds']:g} of {record['limit_s']:g}"
-    report = _json(folder / "report.json")
-    if report is not None:
+    if part == "scenarios":
+        report = _json(folder / "campaign" / "report.json")
+        if report is not None:
+            scenario_counts(report, row)
+    else:
+        report = _json(folder / "report.json")
+    if report is not None and part != "scenarios":
         row["examples"] = str(report.get("examples", "-"))
         findings = report.get("findings", [])
         row["findings"] = str(len(findings))

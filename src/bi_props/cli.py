@@ -275,6 +275,20 @@ def _scenarios_parser(sub: Any) -> None:
         help="scenarios drawn per search (default: the space's [hypothesis] max_examples)",
     )
     scenarios.add_argument(
+        "--props",
+        default=None,
+        metavar="P,...",
+        help="judge only these properties (comma-separated; default all: alone, prefix_cache, "
+        "chunked, preemption, decode_vs_prefill); fewer searches, each a larger share",
+    )
+    scenarios.add_argument(
+        "--shrink-s",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="how long a search may go on shrinking a failure past its share of --budget",
+    )
+    scenarios.add_argument(
         "--out",
         type=Path,
         default=Path("bi_props-scenarios"),
@@ -292,6 +306,18 @@ def _scenarios(args: argparse.Namespace) -> int:
         return _usage(f"--budget {args.budget}: must be a positive, finite number of seconds")
     if args.examples is not None and args.examples < 1:
         return _usage(f"--examples {args.examples}: must be at least 1")
+    if not math.isfinite(args.shrink_s) or args.shrink_s < 0:
+        return _usage(f"--shrink-s {args.shrink_s}: must be a finite number of seconds >= 0")
+    props = None
+    if args.props is not None:
+        from .model.scenario_judge import PROPERTIES
+
+        props = tuple(p.strip() for p in args.props.split(",") if p.strip())
+        unknown = [p for p in props if p not in PROPERTIES]
+        if not props or unknown:
+            return _usage(
+                f"--props: unknown {unknown or list(props)}; choose from {list(PROPERTIES)}"
+            )
     states = [s.strip() for s in args.states.split(",") if s.strip()]
     unknown = [s for s in states if s not in STATES]
     if not states or unknown:
@@ -321,6 +347,10 @@ def _scenarios(args: argparse.Namespace) -> int:
             return _usage(f"bad strategies file: {exc}")
         space = loaded.scenarios
         examples = examples or loaded.max_examples
+        if space.cuda_graphs and args.target == BUILTIN_TARGET:
+            problem = _cuda_graphs_problem(args.space, space.cuda_graph_sizes)
+            if problem is not None:
+                return _usage(problem)
     problem = _out_problem(args.out)
     if problem is not None:
         return _usage(problem)
@@ -339,9 +369,31 @@ def _scenarios(args: argparse.Namespace) -> int:
             examples or 50,
             args.out,
             space_file=str(args.space or ""),
+            shrink_s=args.shrink_s,
+            props=props,
         )
     print(f"bi-props scenarios: {len(report['findings'])} finding(s); report in {args.out}")
     return code
+
+
+def _cuda_graphs_problem(space_file: Path, sizes: tuple[int, ...]) -> str | None:
+    """Why a space with CUDA graphs on cannot run on this machine's vLLM (None: it runs on CUDA).
+    vLLM itself would quietly run such scenarios eagerly off CUDA: refused here instead."""
+    from .targets.vllm_scenarios import vllm_platform
+
+    try:
+        platform = vllm_platform()
+    except Exception as exc:  # vLLM's platform detection itself failed
+        platform = f"an undetected platform ({type(exc).__name__}: {exc})"
+    if platform == "cuda":
+        return None
+    return (
+        f"--space {space_file}: key 'scenarios.cuda_graph_sizes' = {list(sizes)} turns CUDA "
+        f"graphs on, but vLLM here runs on {platform}, not CUDA (CUDA graphs exist only there; "
+        "vLLM would run those scenarios eagerly without a word). Remove cuda_graph_sizes from "
+        "the space for this run, or run it where vLLM's CUDA build sees a GPU "
+        "(scripts/gpu_check.sh's scenarios part)"
+    )
 
 
 def _switch_option(parser: argparse.ArgumentParser) -> None:

@@ -65,13 +65,17 @@ def test_runs_under_eight_minutes_and_writes_a_summary(run):
     assert seconds < BUDGET_S, seconds
     summary = (out / "summary.md").read_text()
     assert summary.strip() == proc.stdout.strip()[-len(summary.strip()) :]
-    for part in ("hang", "controls", "sglang", "vllm"):
+    for part in ("hang", "controls", "sglang", "vllm", "scenarios"):
         assert f"| {part} |" in summary, summary
     assert "| controls | ran, passed |" in summary, summary
     # SGLang's non-re-entrant switch is a finding (exit 1); nothing may be cut or missing
     assert "| sglang | ran, findings |" in summary, summary
     assert proc.returncode == 1, (proc.returncode, summary)
     assert "| vllm | SKIPPED (optional)" in summary or "| vllm | ran" in summary, summary
+    # engine scenarios with CUDA graphs: vLLM on CUDA only, never under the interpreter
+    assert "| scenarios | SKIPPED (optional): " in summary, summary
+    assert "interpret mode (CPU): CUDA graphs need vLLM on CUDA" in summary, summary
+    assert not (out / "scenarios" / "part.json").exists()
     assert (out / "check.json").exists() and "all required there" in summary
     for part in ("controls", "sglang"):  # logs and Hypothesis data inside the output folder
         assert (out / part / "report.json").exists() and (out / part / "log").exists()

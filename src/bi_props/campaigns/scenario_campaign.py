@@ -28,6 +28,9 @@ from ..model.scenario_judge import PROPERTIES
 GRACE_S = 180.0
 """A worker may run this much past its share: start-up (vLLM's first engine build costs tens of
 seconds) and a shrink in progress. Past it, the worker is killed and the state reported failed."""
+SHRINK_S = 60.0
+"""How long a search may go on shrinking a failure past its share (``campaigns.scenarios.search``);
+a run with a hard limit of its own (the GPU check's scenarios part) passes less."""
 
 
 def verdicts(states: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -98,8 +101,11 @@ def run_state(
     seconds: float,
     work: Path,
     model_dir: str | None = None,
+    shrink_s: float = SHRINK_S,
+    props: tuple[str, ...] | None = None,
 ) -> dict[str, Any]:
-    """One state in a fresh interpreter; its result, or ``failed`` with why."""
+    """One state in a fresh interpreter; its result, or ``failed`` with why. ``props``: only the
+    searches of the worker's plan that judge these properties (None: all of them)."""
     request = {
         "target": target,
         "state": state,
@@ -107,7 +113,12 @@ def run_state(
         "examples": examples,
         "seconds": seconds,
         "model_dir": model_dir,
+        "shrink_s": shrink_s,
     }
+    if props is not None:
+        from .scenario_worker import PLAN
+
+        request["plan"] = [list(p) for p in PLAN if p[1] in props]
     request_path = work / f"state-{state}.request.json"
     result_path = work / f"state-{state}.json"
     log_path = work / f"state-{state}.log"
@@ -149,6 +160,8 @@ def run_campaign(
     *,
     space_file: str = "",
     model_dir: str | None = None,
+    shrink_s: float = SHRINK_S,
+    props: tuple[str, ...] | None = None,
 ) -> tuple[dict[str, Any], int]:
     """Every state in turn, then the reports; (report, exit status)."""
     from ..reporting.scenario_report import write_all
@@ -160,7 +173,9 @@ def run_campaign(
     for n, state in enumerate(states):
         spent = sum(r.get("seconds", 0) - r.get("startup_s", 0) for r in results)
         share = max(1.0, (budget - spent) / (len(states) - n))
-        results.append(run_state(target, state, space, examples, share, work, model_dir))
+        results.append(
+            run_state(target, state, space, examples, share, work, model_dir, shrink_s, props)
+        )
     report = {
         "kind": "engine-scenarios",
         "target": target,
@@ -168,6 +183,8 @@ def run_campaign(
         "space": asdict(space),
         "examples": examples,
         "budget_s": budget,
+        "shrink_s": shrink_s,
+        "props": list(props or PROPERTIES),
         "seconds": round(time.perf_counter() - start, 1),
         "states": results,
         "verdicts": verdicts(results),

@@ -139,6 +139,7 @@ def run_state(request: dict[str, Any]) -> dict[str, Any]:
             PASSES[name](space),
             int(request["examples"]),
             deadline=time.perf_counter() + share,
+            shrink_s=float(request.get("shrink_s", 60.0)),
         )
         out["searches"].append(
             {

@@ -94,8 +94,8 @@ def _finding(prop: str, scenario: Scenario, verdict: Verdict | None, error: str 
         features=scenario.features(),
         requests=len(scenario.requests),
         message=error or (verdict.message if verdict else "") or "",
-        timeline=verdict.actual.render_timeline() if verdict else "",
-        twin_timeline=verdict.desired.render_timeline() if verdict else "",
+        timeline=verdict.actual.render_timeline(scenario.config) if verdict else "",
+        twin_timeline=verdict.desired.render_timeline(twin.config) if verdict else "",
         steps=timeline_data(verdict.actual) if verdict else {},
         twin_steps=timeline_data(verdict.desired) if verdict else {},
     )

