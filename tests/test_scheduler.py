@@ -292,3 +292,24 @@ def test_every_cell_runs_though_each_first_turn_finds_a_failure_that_shrinks_lon
     assert all(c.turns == 1 for c in schedule.cells()), [
         c.key for c in schedule.cells() if not c.turns
     ]
+
+
+def test_a_cell_with_its_stated_examples_gets_no_more_turns() -> None:
+    """``examples_per_cell``: satisfied cells stop taking turns, so the run ends once the slowest
+    cell (a disabled-state one, weight 1 against 32 for a claimed enabled one) has its examples;
+    without it the stride policy keeps the turns on the heavy cells."""
+    schedule = Scheduler(1000.0, control_share=0.0, examples_per_cell=30)
+    schedule.add(Item("d0", "cell", "disabled", claimed=False))
+    for i in range(4):
+        schedule.add(Item(f"e{i}", "cell", "enabled"))
+    log = _run(schedule, {}, 1000.0)  # each turn 10 examples
+    assert schedule.next(len(log) * 0.1) is None  # every cell satisfied: nothing left to run
+    assert all(c.examples == 30 for c in schedule.cells())
+    assert len(log) == 5 * 3
+
+    unbounded = Scheduler(1000.0, control_share=0.0)
+    unbounded.add(Item("d0", "cell", "disabled", claimed=False))
+    for i in range(4):
+        unbounded.add(Item(f"e{i}", "cell", "enabled"))
+    log = _run(unbounded, {}, 15 * 0.1)
+    assert unbounded.items[0].examples < 30  # the same 15 turns left the disabled cell short

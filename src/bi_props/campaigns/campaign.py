@@ -867,7 +867,7 @@ class Campaign:
         examples: Callable[[], int],
     ) -> None:
         """Run turns until the budget is spent, in the scheduler's order (scheduler.py)."""
-        schedule = Scheduler(self.budget_s, self.control_share)
+        schedule = Scheduler(self.budget_s, self.control_share, self.examples_per_cell)
         for target, state in states.items():
             claimed = state.session.hello("enabled").covered
             for cell in state.cells:

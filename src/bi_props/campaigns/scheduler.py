@@ -49,6 +49,11 @@ turn's time limit. Its policy, in order:
    short campaign over many cells still shrinks. A shrink cut there is recorded with the
    smallest failing case seen, and says why; once every cell has had a turn, a shrink may run to
    the budget's end.
+5. **A stated evidence size ends turns, not time.** With ``examples_per_cell`` (``bi-props fuzz
+   --examples-per-cell N``) a cell that has run N examples in this run is satisfied and gets no
+   more turns (the campaign stops once every cell is, and the controls have settled): the
+   weights above would otherwise give a disabled-state cell of an op the target leaves to stock
+   kernels 1/32 of a claimed enabled cell's time, and the run would last until that cell had N.
 """
 
 from __future__ import annotations
@@ -125,11 +130,18 @@ class Scheduler:
     """Turn scheduler over ``Item``s for one budget; the caller supplies the clock (``now`` is
     seconds since the campaign's start)."""
 
-    def __init__(self, budget_s: float, control_share: float = CONTROL_SHARE) -> None:
+    def __init__(
+        self,
+        budget_s: float,
+        control_share: float = CONTROL_SHARE,
+        examples_per_cell: int | None = None,
+    ) -> None:
         if not 0.0 <= control_share <= 1.0:
             raise ValueError(f"control_share must be within [0, 1], got {control_share}")
         self.budget_s = budget_s
         self.control_share = control_share
+        # The policy's 5: a cell with this many examples is satisfied and gets no more turns.
+        self.examples_per_cell = examples_per_cell
         self.items: list[Item] = []
         self.control_seconds = 0.0
         self.started_at: float | None = None
@@ -158,6 +170,8 @@ class Scheduler:
         if left <= 0:
             return None
         live_cells = [c for c in self.cells() if not c.done]
+        if self.examples_per_cell is not None:
+            live_cells = [c for c in live_cells if c.examples < self.examples_per_cell]
         live_controls = [c for c in self.controls() if not c.done]
         if live_controls and self.control_share > 0:
             # Searching controls first (none starved); shrinking ones when none is searching.
