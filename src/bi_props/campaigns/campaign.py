@@ -884,11 +884,12 @@ class Campaign:
         while True:
             now = time.monotonic()
             picked = schedule.next(now - start)
-            if picked is None or now >= deadline:
-                return
             if self._enough_findings(ledger, examples):
                 return
+            # (before "nothing to pick": satisfied cells take no turns, scheduler.py's policy 5)
             if self._enough_examples(schedule, ledger, examples):
+                return
+            if picked is None or now >= deadline:
                 return
             item, limit = picked
             turn_end = min(now + limit, deadline)
