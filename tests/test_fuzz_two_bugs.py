@@ -19,7 +19,7 @@ import pytest
 from bi_props.model.case import parse_case
 from planted_fuzz import fuzz_planted
 
-BUDGET_S = 60  # both bugs were in by 20 s on loaded cores
+BUDGET_S = 40  # both bugs were in by 20 s on loaded cores
 LIMIT, BAD_K = 50, 3  # planted_two_bugs.py's
 
 SPACE = """

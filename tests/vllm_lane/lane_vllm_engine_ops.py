@@ -33,7 +33,7 @@ import pytest
 from bi_props.model.case import parse_case
 
 SPACE = Path(__file__).with_name("engine_ops.toml")
-BUDGET_S = 600  # the cap; the evidence bound below ends the run (about 60 s on 2 idle cores)
+BUDGET_S = 600  # the cap; the evidence bound below ends the run (135 s on 2 idle cores)
 EXAMPLES_PER_CELL = 40
 OPS = ("silu_and_mul", "gelu_and_mul", "fused_add_rms_norm", "rms_norm", "layer_norm",
        "embedding", "rotary_embedding", "greedy_argmax", "top_k", "fused_moe",
