@@ -119,11 +119,14 @@ def test_a_quota_of_degenerate_examples_is_blind_not_evidence_of_invariance(monk
     assert blind_controls({"controls": [vars(control)]}) == [vars(control)]
 
 
-def test_every_explicit_control_example_shows_stock_cpu_variance():
-    """The explicit examples are stated as known to show stock batch variance: on stock CPU
-    PyTorch (torch 2.13, the switch off) each one does, through a real worker, so a control
-    that tries them is never blind on this platform (README command 1 left the bmm control
-    blind after 72 drawn examples before bmm had one: the needle alone, n = 1, K = 512)."""
+def test_every_op_with_explicit_control_examples_shows_stock_cpu_variance_in_one():
+    """The explicit examples are stated as known to show stock batch variance on some platform:
+    on stock CPU PyTorch (torch 2.13, the switch off) at least one of each op's does, through a
+    real worker, so a control that tries them is never blind on this machine (README command 1
+    left the bmm control blind after 72 drawn examples before bmm had one: the needle alone,
+    n = 1, K = 512). One per op, not each: where a vector tail falls depends on the CPU's
+    vector width (silu_and_mul's AVX-512 example is invariant with AVX2 only, and the other way
+    round), and the control stops at the first example that shows variance."""
     from types import SimpleNamespace
 
     from bi_props.campaigns.controls import explicit_cases
@@ -135,12 +138,19 @@ def test_every_explicit_control_example_shows_stock_cpu_variance():
     assert {"fused_add_rms_norm", "attention", "paged_decode_attention", "fused_moe"} <= set(ops)
     runner = Runner("cpu", start_timeout_s=120)
     try:
+        blind = {}
         for op in ops:
+            verdicts = []
             for case in explicit_cases(SimpleNamespace(entries=lambda op: ()), op):
                 verdict = properties.batch_invariance(
                     runner.observe("batch_invariance", case, "disabled")
                 )
-                assert not verdict.ok, (op, case, verdict)
+                verdicts.append((case.shape, case.layouts, verdict.ok, verdict.compared))
+                if not verdict.ok:
+                    break
+            else:
+                blind[op] = verdicts
+        assert not blind, f"explicit control examples that show no stock variance here: {blind}"
     finally:
         runner.close()
 
