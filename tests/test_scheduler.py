@@ -163,6 +163,20 @@ def test_cells_of_ops_the_target_claims_get_more_time_and_go_first() -> None:
     assert own.seconds > 3 * stock.seconds, (own.seconds, stock.seconds)
 
 
+def test_a_claimed_ops_disabled_state_cell_goes_before_stock_ops_enabled_cells() -> None:
+    """The target's own kernels are what a campaign tests, in both switch states: a switch leak
+    (the kernel installed with the switch off) shows only in a disabled-state cell, which must
+    not wait behind every enabled-state cell of the ops left to stock kernels."""
+    schedule = Scheduler(100.0)
+    for i in range(5):
+        schedule.add(Item(("stock", i), "cell", "enabled", claimed=False))
+    own_disabled = schedule.add(Item("own-disabled", "cell", "disabled", claimed=True))
+    own_enabled = schedule.add(Item("own-enabled", "cell", "enabled", claimed=True))
+    log = _run(schedule, {}, 100.0)
+    firsts = [item for _, item in log[:3]]
+    assert firsts[:2] == [own_enabled, own_disabled], [item.key for item in firsts]
+
+
 def test_a_control_share_of_zero_turns_the_controls_off() -> None:
     schedule = Scheduler(100.0, control_share=0.0)
     schedule.add(Item("e0", "cell", "enabled"))

@@ -20,9 +20,12 @@ turn's time limit. Its policy, in order:
    searching. Once every cell is retired, unfinished controls may
    use what is left of the budget (their search or shrink continues at the end). A share of 0
    turns the controls off.
-2. **First turns, where bugs are first.** Cells that have not had a turn go first: enabled-state
-   and ``parity`` cells before disabled-state ones, cells of ops the target claims (its own
-   kernels) before those it leaves to stock kernels; within that, the targets of a campaign take
+2. **First turns, where bugs are first.** Cells that have not had a turn go first: cells of ops
+   the target claims (its own kernels, in both switch states: a switch leak shows in the
+   disabled state's routing cell) before those it leaves to stock kernels, and within each,
+   enabled-state and ``parity`` cells before disabled-state ones (a library claiming ``mm``
+   had its disabled-state routing cell's first turn at 100 s of a 120 s campaign, behind 100
+   enabled-state cells of stock ops, when the switch state came first); within that, the targets of a campaign take
    first turns in alternation (the target with the fewest first turns so far), each in catalogue
    order, so that a second target is not starved behind the first. Their time limit is the
    time left until the end of the first third of the budget, split between the first turns still
@@ -197,8 +200,8 @@ class Scheduler:
             cell = min(
                 first,
                 key=lambda c: (
-                    not c.enabled_state,
                     not c.claimed,
+                    not c.enabled_state,
                     started.get(c.group, 0),
                     c.order,
                 ),
