@@ -17,6 +17,7 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -156,6 +157,38 @@ settings.register_profile(
 """
 
 
+def _suite_args(
+    directory: Path, target: str, space: Path, args: tuple[str, ...], profile: str | None
+) -> list[str]:
+    return [
+        *([f"--hypothesis-profile={profile}"] if profile else []),
+        "--bi-target",
+        target,
+        f"--bi-strategies={space}",
+        "--bi-report",
+        str(directory / "report.json"),
+        "-p",
+        "no:cacheprovider",
+        f"--junitxml={directory / 'junit.xml'}",
+        *args,
+    ]
+
+
+def _suite_run(directory: Path, result: Any) -> SuiteRun:
+    """The run's outcomes per test id (from its junit.xml) and its report."""
+    junit, report = directory / "junit.xml", directory / "report.json"
+    assert junit.exists(), result.stdout.str() + result.stderr.str()
+    outcomes = {}
+    for testcase in ET.parse(junit).getroot().iter("testcase"):
+        outcome = "passed"
+        for child, name in (("failure", "failed"), ("error", "error"), ("skipped", "skipped")):
+            if testcase.find(child) is not None:
+                outcome = name
+        outcomes[testcase.get("name")] = outcome
+    assert report.exists(), result.stdout.str()
+    return SuiteRun(result, outcomes, json.loads(report.read_text()))
+
+
 def run_suite(
     pytester: pytest.Pytester,
     target: str,
@@ -168,31 +201,55 @@ def run_suite(
     pytester.makepyfile(test_props=PROPERTY_TESTS)
     if not explain:
         pytester.makeconftest(NO_EXPLAIN_CONFTEST)
-    report = pytester.path / "report.json"
-    junit = pytester.path / "junit.xml"
     result = pytester.runpytest_subprocess(
-        *([f"--hypothesis-profile={profile}"] if profile else []),
-        "--bi-target",
-        target,
-        f"--bi-strategies={space}",
-        "--bi-report",
-        str(report),
-        "-p",
-        "no:cacheprovider",
-        f"--junitxml={junit}",
-        *args,
+        *_suite_args(pytester.path, target, space, args, profile), timeout=300
+    )
+    return _suite_run(pytester.path, result)
+
+
+@dataclass
+class _Lines:
+    text: str
+
+    def str(self) -> str:
+        return self.text
+
+
+@dataclass
+class _Result:
+    """What the checks read of a pytester ``RunResult``: the exit code and the output."""
+
+    ret: int
+    stdout: _Lines
+    stderr: _Lines
+
+
+def run_suite_in(
+    directory: Path, target: str, space: Path, *args: str, explain: bool = True
+) -> SuiteRun:
+    """``run_suite`` without a ``pytester`` (which is per test and changes the process's
+    directory), so that several runs can go at once: the same command, in ``directory``, with
+    what ``runpytest_subprocess`` sets (the directory first on PYTHONPATH, no PYTEST_ADDOPTS,
+    a basetemp inside) and the planted libraries on the path."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "test_props.py").write_text(PROPERTY_TESTS)
+    if not explain:
+        (directory / "conftest.py").write_text(NO_EXPLAIN_CONFTEST)
+    env = {k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"}
+    paths = [str(directory), str(PLANTED), env.get("PYTHONPATH", "")]
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
+    command = [sys.executable, "-m", "pytest", f"--basetemp={directory / 'basetemp'}"]
+    command += _suite_args(directory, target, space, args, "ci")
+    done = subprocess.run(
+        command,
+        cwd=directory,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
         timeout=300,
     )
-    assert junit.exists(), result.stdout.str() + result.stderr.str()
-    outcomes = {}
-    for testcase in ET.parse(junit).getroot().iter("testcase"):
-        outcome = "passed"
-        for child, name in (("failure", "failed"), ("error", "error"), ("skipped", "skipped")):
-            if testcase.find(child) is not None:
-                outcome = name
-        outcomes[testcase.get("name")] = outcome
-    assert report.exists(), result.stdout.str()
-    return SuiteRun(result, outcomes, json.loads(report.read_text()))
+    return _suite_run(directory, _Result(done.returncode, _Lines(done.stdout), _Lines(done.stderr)))
 
 
 def check_findings_schema(findings: list[dict[str, Any]], target: str) -> None:
@@ -402,10 +459,42 @@ PLANTED_BUGS = [
 ]
 
 
+@pytest.fixture(scope="module")
+def planted_suite_runs(request, tmp_path_factory) -> Iterator[dict[str, Future[SuiteRun]]]:
+    """The property suite against every planted library, two runs at a time, started when the
+    first of the tests below needs one: a run mostly waits on one worker at a time, so two
+    share the 2 cores well (about 200 s one after the other on a 2-core AMD EPYC)."""
+    selected = {
+        item.callspec.params["planted"].target
+        for item in request.session.items
+        if item.module is request.module and item.originalname == "test_planted_bug_is_found"
+    }
+    root = tmp_path_factory.mktemp("planted-suites")
+    pool = ThreadPoolExecutor(max_workers=2)
+    runs = {}
+    for planted in PLANTED_BUGS:
+        if planted.target not in selected:
+            continue
+        directory = root / planted.target
+        directory.mkdir()
+        space = write_space(directory / "space.toml", **planted.space)
+        runs[planted.target] = pool.submit(
+            run_suite_in,
+            directory / "run",
+            planted.target,
+            space,
+            *planted.select,
+            explain=planted.explain,
+        )
+    try:
+        yield runs
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
 @pytest.mark.parametrize("planted", PLANTED_BUGS, ids=lambda p: p.target.removeprefix("planted_"))
-def test_planted_bug_is_found(pytester, planted_on_path, tmp_path, planted: Planted):
-    space = write_space(tmp_path / "space.toml", **planted.space)
-    run = run_suite(pytester, planted.target, space, *planted.select, explain=planted.explain)
+def test_planted_bug_is_found(planted_suite_runs, planted: Planted):
+    run = planted_suite_runs[planted.target].result()
 
     assert run.result.ret == pytest.ExitCode.TESTS_FAILED, run.output
     if not planted.select:
