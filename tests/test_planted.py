@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ET
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -174,7 +175,7 @@ def _suite_args(
     ]
 
 
-def _suite_run(directory: Path, result: Any) -> SuiteRun:
+def _suite_run(directory: Path, result: pytest.RunResult) -> SuiteRun:
     """The run's outcomes per test id (from its junit.xml) and its report."""
     junit, report = directory / "junit.xml", directory / "report.json"
     assert junit.exists(), result.stdout.str() + result.stderr.str()
@@ -207,23 +208,6 @@ def run_suite(
     return _suite_run(pytester.path, result)
 
 
-@dataclass
-class _Lines:
-    text: str
-
-    def str(self) -> str:
-        return self.text
-
-
-@dataclass
-class _Result:
-    """What the checks read of a pytester ``RunResult``: the exit code and the output."""
-
-    ret: int
-    stdout: _Lines
-    stderr: _Lines
-
-
 def run_suite_in(
     directory: Path, target: str, space: Path, *args: str, explain: bool = True
 ) -> SuiteRun:
@@ -240,6 +224,7 @@ def run_suite_in(
     env["PYTHONPATH"] = os.pathsep.join(filter(None, paths))
     command = [sys.executable, "-m", "pytest", f"--basetemp={directory / 'basetemp'}"]
     command += _suite_args(directory, target, space, args, "ci")
+    started = time.monotonic()
     done = subprocess.run(
         command,
         cwd=directory,
@@ -249,7 +234,13 @@ def run_suite_in(
         text=True,
         timeout=300,
     )
-    return _suite_run(directory, _Result(done.returncode, _Lines(done.stdout), _Lines(done.stderr)))
+    result = pytest.RunResult(
+        done.returncode,
+        done.stdout.splitlines(),
+        done.stderr.splitlines(),
+        time.monotonic() - started,
+    )
+    return _suite_run(directory, result)
 
 
 def check_findings_schema(findings: list[dict[str, Any]], target: str) -> None:

@@ -65,21 +65,15 @@ def isolated_env(*paths: Path) -> dict[str, str]:
 
 
 def run_isolated(script: Path, *paths: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-S", str(script)],
-        env=isolated_env(*paths),
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=script.parent,
-    )
+    """The script under ``python -S`` with only ``paths`` and torch's site-packages."""
+    return run_isolated_each(script, paths)[0]
 
 
 def run_isolated_each(
     script: Path, *path_sets: tuple[Path, ...]
 ) -> list[subprocess.CompletedProcess]:
-    """``run_isolated`` once per set of paths, the runs at the same time (each mostly imports
-    torch: on 2 cores two at once take about as long as one)."""
+    """``run_isolated`` once per set of paths, all at the same time (each mostly imports torch:
+    on 2 cores two at once take about as long as one)."""
     processes = [
         subprocess.Popen(
             [sys.executable, "-S", str(script)],
