@@ -146,9 +146,13 @@ def test_planted_finding_yields_a_standalone_reproducer(
     # The script against the buggy library, and against the correct one under the same name.
     shim = tmp_path / "correct"
     shim.mkdir()
+    # The hang's fixed run also exits slowly (past its 2 s example timeout): the exit is not
+    # the example, and must not be judged a hang (it was, on a loaded machine, until the child
+    # disarmed its timer when the experiment returned).
+    slow_exit = "import atexit, time\natexit.register(time.sleep, 2.5)\n"
     (shim / f"{library}.py").write_text(
         "from planted_correct import *  # the same name, the correct library\n"
-        "from planted_correct import enable\n"
+        "from planted_correct import enable\n" + (slow_exit if library == "planted_hang" else "")
     )
     buggy, fixed = run_isolated_each(Path(script), (PLANTED,), (shim, PLANTED))
     assert buggy.returncode == 1, buggy.stdout + buggy.stderr
