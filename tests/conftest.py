@@ -40,6 +40,20 @@ def pytest_collection_modifyitems(config, items) -> None:
     if lane:
         items[:] = [item for item in items if not lane_only(item)]
         config.hook.pytest_deselected(items=lane)
+    if hasattr(config, "workeroutput"):  # a pytest-xdist worker: its controller sums up
+        config.workeroutput["campaign_lane_deselected"] = len(lane)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """pytest-xdist's controller collects nothing itself: the campaign-lane deselections come
+    from its workers (each collected the whole suite; the largest count is the suite's)."""
+    sent = getattr(node, "workeroutput", {}).get("campaign_lane_deselected", 0)
+    counts = node.config.stash.setdefault(_LANE_DESELECTED, [])
+    counts.append(sent)
+
+
+_LANE_DESELECTED = pytest.StashKey[list]()
 
 
 def _why(report) -> str:
@@ -74,6 +88,9 @@ def skip_summary(stats: dict) -> list[str]:
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     """Skipped and deselected tests say why (issue #15): a bare "3 skipped" teaches nothing."""
     lines = skip_summary(terminalreporter.stats)
+    from_workers = max(config.stash.get(_LANE_DESELECTED, [0]) or [0])
+    if from_workers and not any(line.endswith(CAMPAIGN_LANE) for line in lines):
+        lines.append(f"{from_workers} deselected: {CAMPAIGN_LANE}")
     if lines:
         terminalreporter.section("why tests were skipped or deselected")
         for line in lines:

@@ -272,3 +272,34 @@ def test_the_pytest_plugin_exits_3_by_the_same_rules(monkeypatch):
     pytest_session = SimpleNamespace(config=config, exitstatus=0)
     plugin.pytest_sessionfinish(pytest_session)
     assert pytest_session.exitstatus == 0
+
+
+def test_under_pytest_xdist_a_workers_exit_3_reaches_the_controller(monkeypatch):
+    """A pytest-xdist worker sends its Session's verdict (and summary) in ``workeroutput``;
+    the controller, whose own tests all passed, exits 3 when a worker's verdict says so."""
+    from types import SimpleNamespace
+
+    from bi_props import plugin
+
+    session = _session(monkeypatch, ("mm",), True, [])
+    session.judge_switching = lambda: None
+    session.internal("negative control mm batch_invariance [disabled]: bi_props failed")
+    stash = {plugin._KEY: plugin.BiPropsState.__new__(plugin.BiPropsState)}
+    stash[plugin._KEY].__dict__.update(_session=session, missing=None, profile="ci", skipped=0)
+    worker_config = SimpleNamespace(
+        stash=SimpleNamespace(get=lambda key, default=None: stash.get(key, default)),
+        workeroutput={},
+    )
+    plugin.pytest_sessionfinish(SimpleNamespace(config=worker_config, exitstatus=0))
+    sent = worker_config.workeroutput["bi_props"]
+    assert sent["exit_status"] == 3
+    assert any("INTERNAL ERROR" in text for _, text, _ in sent["lines"]), sent["lines"]
+    controller_stash = {plugin._KEY: SimpleNamespace(_session=None)}
+    controller = SimpleNamespace(stash=controller_stash)
+    node = SimpleNamespace(
+        workeroutput={"bi_props": sent}, gateway=SimpleNamespace(id="gw0"), config=controller
+    )
+    plugin.pytest_testnodedown(node, None)
+    pytest_session = SimpleNamespace(config=controller, exitstatus=0)
+    plugin.pytest_sessionfinish(pytest_session)
+    assert pytest_session.exitstatus == 3

@@ -92,3 +92,59 @@ def test_campaign_tests_are_deselected_by_default_and_the_summary_names_the_lane
         "-p", "no:cacheprovider", "-p", "no:bi_props", "test_some.py::test_a_campaign"
     )
     named.assert_outcomes(passed=1)
+
+
+def test_under_pytest_xdist_the_campaign_lane_deselection_is_still_named(
+    pytester: pytest.Pytester,
+) -> None:
+    """README command 2 runs under pytest-xdist: the workers collect and deselect, the
+    controller (which collects nothing) must still say what was deselected and why."""
+    pytester.makeconftest(CONFTEST)
+    pytester.makeini("[pytest]\nmarkers =\n    campaign: end to end\n")
+    pytester.makepyfile(test_some=CAMPAIGN_TESTS)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "-p", "no:bi_props", "-n", "2"
+    )  # fmt: skip
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(
+        ["1 deselected: end-to-end `bi-props fuzz` campaigns*campaign lane*"]
+    )
+
+
+@pytest.mark.slow
+def test_under_pytest_xdist_each_workers_bi_props_summary_reaches_the_terminal(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pytest-xdist worker has no terminal: its Session's summary (negative controls,
+    findings) and its test_regression deselection travel to the controller
+    (tests/test_promise.py checks its exit status 3). Two files, ``--dist loadfile``: each
+    worker runs one file's Session."""
+    from bi_props.model.property_spec import PROPERTIES
+
+    monkeypatch.setenv("PYTHONPATH", str(PLANTED))
+    suite = (
+        "from bi_props.suite.test_properties import test_property, test_regression, "
+        "test_batch_variance_control\n"
+    )
+    pytester.makepyfile(test_one=suite, test_two=suite)
+    others = [p for p in PROPERTIES if p != "batch_invariance"]
+    pytester.makefile(
+        ".toml",
+        space=f'[hypothesis]\nmax_examples = 5\n[ops]\ninclude = ["mm"]\n'
+        f"[properties]\nexclude = {others!r}\n",
+    )
+    result = pytester.runpytest_subprocess(
+        "--bi-target", "planted_batch_variant", "--bi-strategies=space.toml",
+        "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile",
+    )  # fmt: skip
+    out = result.stdout.str()
+    assert result.ret == 1, out  # the planted bug is found (by one worker at least)
+    # each worker collects both files (loadfile only schedules them): 2 deselected, said once
+    result.stdout.fnmatch_lines(
+        ["bi_props: 2 deselected: test_regression, no --bi-regressions file given*"]
+    )
+    assert out.count("deselected: test_regression") == 1, out
+    for worker in ("gw0", "gw1"):
+        assert f"bi_props (pytest-xdist worker {worker})" in out, out
+    assert out.count("negative control mm batch_invariance: variance SEEN") == 2, out
+    assert "finding: mm batch_invariance [enabled] mismatch" in out, out

@@ -323,6 +323,7 @@ def bi_props_session(request: pytest.FixtureRequest):
 _FINDINGS_AT = pytest.StashKey[int]()
 _SKIPPED_AT = pytest.StashKey[dict]()
 _DESELECTED_REGRESSIONS = pytest.StashKey[int]()
+_FROM_WORKERS = pytest.StashKey[dict]()  # pytest-xdist worker id -> what it sent
 
 
 @pytest.hookimpl(wrapper=True)
@@ -412,6 +413,36 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         status = verdict_exit_status(state._session)
         if status == 3:  # same rules as bi-props fuzz: no trustworthy verdict
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR  # 3
+    if state is not None and hasattr(session.config, "workeroutput"):  # a pytest-xdist worker
+        _send_to_controller(session.config, state)
+    elif state is not None and 3 in _from_workers(session.config, "exit_status"):
+        # the controller: a worker's Session had no trustworthy verdict
+        session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+
+
+def _send_to_controller(config: pytest.Config, state: BiPropsState) -> None:
+    """A pytest-xdist worker has no terminal: its summary, its regression deselections and its
+    verdict's exit status go to the controller in ``workeroutput`` (pytest-cov's way)."""
+    lines = SummaryLines()
+    _summarize(state, lines)
+    config.workeroutput["bi_props"] = {  # type: ignore[attr-defined]
+        "lines": lines.lines,
+        "deselected_regressions": config.stash.get(_DESELECTED_REGRESSIONS, 0),
+        "exit_status": verdict_exit_status(state._session) if state._session else 0,
+    }
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:
+    """pytest-xdist's controller: keep what a finished worker sent (``_send_to_controller``)."""
+    sent = getattr(node, "workeroutput", {}).get("bi_props")
+    if sent is not None:
+        node.config.stash.setdefault(_FROM_WORKERS, {})[node.gateway.id] = sent
+
+
+def _from_workers(config: pytest.Config, key: str) -> list:
+    """One entry of what each pytest-xdist worker sent (none outside xdist's controller)."""
+    return [sent.get(key) for sent in (config.stash.get(_FROM_WORKERS, None) or {}).values()]
 
 
 def verdict_exit_status(bi_session) -> int:
@@ -424,24 +455,60 @@ def verdict_exit_status(bi_session) -> int:
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    """This session's summary, then each pytest-xdist worker's (a worker's Session runs the
+    property tests it was given; the controller only prints what the workers sent)."""
     state = config.stash.get(_KEY, None)
     if state is None:
         return
-    tr = terminalreporter
-    deselected = config.stash.get(_DESELECTED_REGRESSIONS, 0)
+    here = config.stash.get(_DESELECTED_REGRESSIONS, 0)
+    deselected = max([here, *_from_workers(config, "deselected_regressions")])
     if deselected:
-        tr.line(
+        terminalreporter.line(
             f"bi_props: {deselected} deselected: test_regression, no --bi-regressions file given "
             "(promoted cases run first when one is)"
         )
+    summary = SummaryLines()
+    _summarize(state, summary)
+    summary.write_to(terminalreporter)
+    for worker, lines in sorted(config.stash.get(_FROM_WORKERS, {}).items()):
+        SummaryLines(lines.get("lines", []), worker=worker).write_to(terminalreporter)
+
+
+class SummaryLines:
+    """The summary as data (kind, text, markup): written to the terminal here, or sent by a
+    pytest-xdist worker to the controller in ``workeroutput`` (workers have no terminal)."""
+
+    def __init__(self, lines: list | None = None, worker: str | None = None) -> None:
+        self.lines: list[tuple[str, str, dict[str, object]]] = [tuple(line) for line in lines or []]
+        self.worker = worker
+
+    def line(self, text: str, **markup: object) -> None:
+        self.lines.append(("line", text, markup))
+
+    def section(self, title: str, **markup: object) -> None:
+        self.lines.append(("section", title, markup))
+
+    def write_to(self, terminalreporter) -> None:
+        for kind, text, markup in self.lines:
+            if kind == "section":
+                title = f"{text} (pytest-xdist worker {self.worker})" if self.worker else text
+                terminalreporter.section(title, **markup)
+            else:
+                terminalreporter.line(text, **markup)
+
+
+def _summarize(state: BiPropsState, out: SummaryLines) -> None:
+    """What this process's Session found, tested and could not test, in the summary's order."""
     if state.missing:
-        tr.section("bi_props: NOT RUN ON THE INTENDED HARDWARE", sep="!", red=True, bold=True)
-        tr.line(f"{state.skipped} property tests did not run: {state.missing}", red=True, bold=True)
+        out.section("bi_props: NOT RUN ON THE INTENDED HARDWARE", sep="!", red=True, bold=True)
+        out.line(
+            f"{state.skipped} property tests did not run: {state.missing}", red=True, bold=True
+        )
     session = state._session
     if session is None:
         return
-    tr.section("bi_props")
-    tr.line(
+    out.section("bi_props")
+    out.line(
         f"target {session.target!r}, profile {state.profile!r}, strategies "
         f"{session.space.source}; {session.runner.examples} examples in "
         f"{session.runner.starts} worker processes"
@@ -452,21 +519,21 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
     for hello in session.runner._hellos.values():
         verl.update({k: v for k, v in rows(hello.provider).items() if k.startswith("verl_")})
     for key, value in verl.items():
-        tr.line(f"{key}: {value}")
+        out.line(f"{key}: {value}")
     for control in session.controls:
         if control.variance_seen:
-            tr.line(
+            out.line(
                 f"negative control {control.op} {control.property}: variance SEEN with the "
                 f"switch off; smallest case: {control.case}"
             )
         elif control.applicable is False:
-            tr.line(
+            out.line(
                 f"negative control {control.op} {control.property}: NOT APPLICABLE: "
                 f"{control.message}"
                 + (" (--bi-strict-controls fails on this)" if session.strict_controls else "")
             )
         else:
-            tr.line(
+            out.line(
                 f"negative control {control.op} {control.property}: BLIND: {control.message}: "
                 "this run could not show it can see batch variance"
                 + ("" if session.strict_controls else " (--bi-strict-controls fails on this)"),
@@ -474,18 +541,18 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
                 bold=True,
             )
     for message in session.internal_errors:
-        tr.line(f"INTERNAL ERROR (a bug of bi_props): {message}", red=True, bold=True)
+        out.line(f"INTERNAL ERROR (a bug of bi_props): {message}", red=True, bold=True)
     from .reporting.data import NO_ROUTING_VERDICT, no_routing_verdict
     from .reporting.verdict import degenerate_line
 
     report = session.report()
     if degenerate_line(report):
-        tr.line(degenerate_line(report), yellow=True)
+        out.line(degenerate_line(report), yellow=True)
     if no_routing_verdict(report):
-        tr.line(NO_ROUTING_VERDICT, red=True, bold=True)
+        out.line(NO_ROUTING_VERDICT, red=True, bold=True)
     for entry in session.known_status:
         color = {"fixed": {"green": True}, "known": {"yellow": True}}.get(entry["status"], {})
-        tr.line(
+        out.line(
             f"known failure {entry['op']} {entry['property']} [{entry['switch']}]: "
             f"{entry['status'].upper()}"
             + (
@@ -496,29 +563,29 @@ def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Co
             **color,
         )
     for op, why in session.not_covered.items():
-        tr.line(f"not covered: {op}: {why}", yellow=True)
+        out.line(f"not covered: {op}: {why}", yellow=True)
     for note in session.routing_notes():
-        tr.line(f"WARNING: {note}", yellow=True)
+        out.line(f"WARNING: {note}", yellow=True)
     for (op, switch), why in session.unobservable.items():
-        tr.line(f"ROUTING NOT OBSERVABLE: {op} [{switch}]: {why}", yellow=True, bold=True)
+        out.line(f"ROUTING NOT OBSERVABLE: {op} [{switch}]: {why}", yellow=True, bold=True)
     from .campaigns.session import unclaimed_line
 
     for op, entry in session.unclaimed.items():
-        tr.line(unclaimed_line(op, entry), yellow=entry["batch_variant"])
+        out.line(unclaimed_line(op, entry), yellow=entry["batch_variant"])
     if session.switching:
         ok, message = session.switching.get("ok"), str(session.switching.get("message", ""))
         verdict = {True: "holds", False: "FAILS", None: ""}[ok]
-        tr.line(f"switching: {verdict or (message.splitlines() or [''])[0]}", red=ok is False)
+        out.line(f"switching: {verdict or (message.splitlines() or [''])[0]}", red=ok is False)
     for f in session.findings:
         loud = "INTERNAL ERROR (a bug of bi_props) " if f.kind == "internal" else ""
-        tr.line(
+        out.line(
             f"{loud}finding: {f.op} {f.property} [{f.switch}] {f.kind} "
             f"({f.confirmation or 'not confirmed'}): {f.case}",
             red=True,
             bold=bool(loud),
         )
     if session.report_path is not None:
-        tr.line(f"report: {session.report_path}")
+        out.line(f"report: {session.report_path}")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
