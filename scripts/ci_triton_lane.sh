@@ -84,6 +84,6 @@ python -c "import torch, triton; print('torch', torch.__version__, '| triton', t
 export TRITON_INTERPRET=1
 status=0
 for lane in lane_compat lane_planted lane_sglang lane_vllm_ascend lane_gpu_check; do
-    step "$lane" python -m pytest "tests/triton_lane/$lane.py" -q -p no:cacheprovider || status=1
+    step "$lane" python -m pytest "tests/triton_lane/$lane.py" -q -p no:cacheprovider --durations=5 || status=1
 done
 finish "$status"

@@ -95,25 +95,25 @@ python -c "import torch, vllm; print('torch', torch.__version__, '| vllm', vllm.
 
 status=0
 if [ "$run_main" = 1 ]; then
-BI_PROPS_REQUIRE_VLLM=1 python -m pytest tests/test_vllm_target.py -q -p no:cacheprovider \
+BI_PROPS_REQUIRE_VLLM=1 python -m pytest tests/test_vllm_target.py -q -p no:cacheprovider --durations=5 \
     || status=1
-python -m pytest tests/vllm_lane/lane_vllm_on_cpu.py -q -p no:cacheprovider || status=1
-python -m pytest tests/vllm_lane/lane_vllm_ops.py -q -p no:cacheprovider || status=1
+python -m pytest tests/vllm_lane/lane_vllm_on_cpu.py -q -p no:cacheprovider --durations=5 || status=1
+python -m pytest tests/vllm_lane/lane_vllm_ops.py -q -p no:cacheprovider --durations=5 || status=1
 engine_ops_start=$(date +%s)
-python -m pytest tests/vllm_lane/lane_vllm_engine_ops.py -q -p no:cacheprovider || status=1
+python -m pytest tests/vllm_lane/lane_vllm_engine_ops.py -q -p no:cacheprovider --durations=5 || status=1
 echo "vLLM lane: the engine-ops campaign took $(( $(date +%s) - engine_ops_start )) s"
-python -m pytest tests/vllm_lane/lane_engine.py -q -p no:cacheprovider || status=1
+python -m pytest tests/vllm_lane/lane_engine.py -q -p no:cacheprovider --durations=5 || status=1
 scenarios_start=$(date +%s)
-python -m pytest tests/vllm_lane/lane_scenarios.py -q -p no:cacheprovider || status=1
+python -m pytest tests/vllm_lane/lane_scenarios.py -q -p no:cacheprovider --durations=5 || status=1
 echo "vLLM lane: engine scenarios took $(( $(date +%s) - scenarios_start )) s"
-python -m pytest tests/vllm_lane/lane_cuda_graphs.py -q -p no:cacheprovider || status=1
+python -m pytest tests/vllm_lane/lane_cuda_graphs.py -q -p no:cacheprovider --durations=5 || status=1
 fi
 if [ "$run_rest" = 1 ]; then
 verl_start=$(date +%s)
-python -m pytest tests/vllm_lane/lane_verl_switch.py -q -p no:cacheprovider || status=1
+python -m pytest tests/vllm_lane/lane_verl_switch.py -q -p no:cacheprovider --durations=5 || status=1
 echo "vLLM lane: verl switch tests took $(( $(date +%s) - verl_start )) s"
 triton_start=$(date +%s)
-python -m pytest tests/vllm_lane/lane_vllm_triton.py -q -p no:cacheprovider || status=1
+python -m pytest tests/vllm_lane/lane_vllm_triton.py -q -p no:cacheprovider --durations=5 || status=1
 echo "vLLM lane: interpreted Triton kernels took $(( $(date +%s) - triton_start )) s"
 fi
 
