@@ -17,7 +17,7 @@ os.environ.setdefault("BI_PROPS_SWITCHING", "0")
 
 CAMPAIGN_LANE = (
     "end-to-end `bi-props fuzz` campaigns (marker `campaign`): they run in the campaign lane, "
-    "`pytest --hypothesis-profile=ci -m campaign` (.ci/run's step 'campaign')"
+    "`pytest --hypothesis-profile=ci -m campaign -n 2 --dist loadfile` (.ci/run's step 'campaign')"
 )
 
 
