@@ -187,6 +187,7 @@ def test_routing_table_ascendc_and_triton():
         "attention",
         "fused_add_rms_norm",
         "paged_decode_attention",
+        "mixed_attention",
     }
     assert table["mm"].events == (MM,) and table["mm"].backend == "ascendc"
     assert table["matmul"].events == (MATMUL,)
@@ -225,6 +226,7 @@ def test_routing_table_ascendc_only():
         "attention",
         "fused_add_rms_norm",
         "paged_decode_attention",
+        "mixed_attention",
     }
     assert table["linear"].events == (MATMUL,)  # a 2-D linear with bias will miss it:
     assert any("aten::addmm" in g for g in table["linear"].gaps)
@@ -624,10 +626,12 @@ def fake() -> dict:
 def test_adapter_enabled_on_a_stand_in_stack(fake):
     out = fake["enabled"]
     # fused_add_rms_norm: its adapter calls the swapped npu_add_rms_norm; paged_decode_attention
-    # would be claimed too, but this catalogue has no such op yet (claims follow the catalogue).
+    # and mixed_attention (FIA's DecodeOnly and ChunkedPrefill calls) are claimed where the
+    # catalogue has them (claims follow the catalogue).
     expected = ["mm", "matmul", "linear", "sum", "add_rms_norm", "attention", "fused_add_rms_norm"]
-    if "paged_decode_attention" in OPS:
-        expected.append("paged_decode_attention")
+    for op in ("paged_decode_attention", "mixed_attention"):
+        if op in OPS:
+            expected.append(op)
     assert out["covered"] == [op for op in OPS if op in expected]
     assert out["routes"]["mm"] == [MM]
     assert out["state"]["active"] is True and out["state"]["config_standin"] is True

@@ -8,6 +8,7 @@ semantics, layouts converted, refusals), not the NPU kernels: nothing here ran o
 
 from __future__ import annotations
 
+import itertools
 import math
 import sys
 import types
@@ -26,6 +27,7 @@ from bi_props.targets.ascend_ops import (
     NpuUnsupported,
     npu_fused_add_rms_norm,
     npu_fused_moe,
+    npu_mixed_attention,
     npu_paged_decode_attention,
     npu_rms_norm,
     npu_rotary_embedding,
@@ -34,6 +36,8 @@ from bi_props.targets.ascend_ops import (
 from bi_props.targets.ascend_routes import (
     ENGINE_ENTRIES,
     ENTRIES,
+    KV_CACHE_BLOCK_SIZE,
+    chunked_prefill_arguments,
     entries_for,
     paged_decode_arguments,
 )
@@ -87,15 +91,18 @@ class FakeNpu:
         block_size, table = kw["block_size"], kw["block_table"]
         ends = kw["actual_seq_lengths"]
         out = torch.zeros(q.shape[0], heads, v.shape[-1] // kv_heads, dtype=q.dtype)
+        right_down_causal = kw["sparse_mode"] == 3  # a sequence's queries are its last tokens
         for b, n in enumerate(kw["actual_seq_lengths_kv"]):
             rows = [int(table[b, i // block_size]) * block_size + i % block_size for i in range(n)]
             keys = k.reshape(-1, kv_heads, k.shape[-1] // kv_heads)[rows]
             values = v.reshape(-1, kv_heads, v.shape[-1] // kv_heads)[rows]
             group = heads // kv_heads
-            for t in range(ends[b - 1] if b else 0, ends[b]):
+            first, last = (ends[b - 1] if b else 0), ends[b]
+            for t in range(first, last):
+                seen = n - (last - t) + 1 if right_down_causal else n
                 for h in range(heads):
-                    s = keys[:, h // group] @ q[t, h] * kw["scale"]
-                    out[t, h] = torch.softmax(s, 0) @ values[:, h // group]
+                    s = keys[:seen, h // group] @ q[t, h] * kw["scale"]
+                    out[t, h] = torch.softmax(s, 0) @ values[:seen, h // group]
         return out, None
 
     # MoE
@@ -327,6 +334,89 @@ def test_paged_decode_uses_the_given_scale():
     out = npu_paged_decode_attention(query, k_cache, v_cache, table, seq_lens, 0.5, npu=npu)
     assert npu.call("npu_fused_infer_attention_score")[1]["scale"] == 0.5
     torch.testing.assert_close(out, _paged_reference(query, k_cache, v_cache, table, seq_lens, 0.5))
+
+
+def _mixed(query_lengths, key_lengths, heads=4, kv_heads=2, dim=8, seed=0):
+    g = _gen(seed)
+    cu_q = torch.tensor([0, *itertools.accumulate(query_lengths)])
+    cu_k = torch.tensor([0, *itertools.accumulate(key_lengths)])
+    q = torch.randn(int(cu_q[-1]), heads, dim, generator=g)
+    k = torch.randn(int(cu_k[-1]), kv_heads, dim, generator=g)
+    v = torch.randn(int(cu_k[-1]), kv_heads, dim, generator=g)
+    return q, k, v, cu_q, cu_k
+
+
+# a decode token over 130 keys (two blocks), a prefill chunk of 3 over a 5-token prefix, a prefill
+MIXED = ((1, 3, 4), (130, 8, 4))
+
+
+def test_mixed_attention_passes_vllm_ascends_chunked_prefill_arguments():
+    npu = FakeNpu()
+    q, k, v, cu_q, cu_k = _mixed(*MIXED)
+    out = npu_mixed_attention(q, k, v, cu_q, cu_k, npu=npu)
+    _, kw = npu.call("npu_fused_infer_attention_score")
+    assert kw["query"] is q
+    block = KV_CACHE_BLOCK_SIZE
+    assert kw["key"].shape == (4, block, 2 * 8) and kw["value"].shape == (4, block, 2 * 8)
+    table = kw["block_table"]
+    assert table.dtype == torch.int32 and table.tolist() == [[0, 1], [2, 0], [3, 0]]
+    assert kw["actual_seq_lengths"] == [1, 4, 8]  # cumulative query lengths
+    assert kw["actual_seq_lengths_kv"] == [130, 8, 4]  # each sequence's keys, not cumulative
+    assert (kw["input_layout"], kw["sparse_mode"], kw["block_size"]) == ("TND", 3, block)
+    assert (kw["num_heads"], kw["num_key_value_heads"]) == (4, 2)
+    assert kw["scale"] == 1 / math.sqrt(8)
+    assert kw["atten_mask"].shape == (2048, 2048) and kw["atten_mask"].dtype == torch.int8
+    # the fake computes FIA's rightDownCausal semantics: the result is the catalogue op's
+    torch.testing.assert_close(out, stock.mixed_attention(q, k, v, cu_q, cu_k))
+
+
+def test_mixed_attention_non_causal_passes_no_mask_and_sparse_mode_0():
+    npu = FakeNpu()
+    q, k, v, cu_q, cu_k = _mixed((2, 5), (3, 4))  # non-causal: more queries than keys is fine
+    out = npu_mixed_attention(q, k, v, cu_q, cu_k, 0.5, False, npu=npu)
+    _, kw = npu.call("npu_fused_infer_attention_score")
+    assert kw["sparse_mode"] == 0 and "atten_mask" not in kw and kw["scale"] == 0.5
+    torch.testing.assert_close(out, stock.mixed_attention(q, k, v, cu_q, cu_k, 0.5, False))
+
+
+def test_mixed_attention_keywords_are_the_contract_checks():
+    """The keywords the adapter passes are those ascend_routes.CALL_USES asks vllm-ascend's
+    ChunkedPrefill call to use (the contract check reads the 0.23.0 wheel for them)."""
+    from bi_props.targets.ascend_routes import CALL_USES
+
+    npu = FakeNpu()
+    npu_mixed_attention(*_mixed(*MIXED), npu=npu)
+    _, kw = npu.call("npu_fused_infer_attention_score")
+    uses = [u for u in CALL_USES if u.adapter == "npu_mixed_attention"]
+    causal = [u for u in uses if dict(u.constants)["sparse_mode"] == 3]
+    assert len(uses) == 2 and len(causal) == 1
+    assert set(kw) == causal[0].keywords
+
+
+@pytest.mark.parametrize(
+    ("query_lengths", "key_lengths", "causal", "match"),
+    [
+        ((1, 0), (4, 4), True, "no query token"),
+        ((1, 1), (4, 0), False, "no key"),
+        ((5,), (4,), True, "must not exceed"),
+        ((), (), True, "one query and one key length"),
+    ],
+)
+def test_mixed_attention_refuses_what_vllm_ascend_never_schedules(
+    query_lengths, key_lengths, causal, match
+):
+    npu = FakeNpu()
+    q, k, v, cu_q, cu_k = _mixed(query_lengths, key_lengths)
+    with pytest.raises(NpuUnsupported, match=match):
+        npu_mixed_attention(q, k, v, cu_q, cu_k, None, causal, npu=npu)
+    assert npu.calls == []  # refused before any NPU call
+
+
+def test_chunked_prefill_arguments_refuse_impossible_cases():
+    with pytest.raises(ValueError, match="exceed max_blocks"):
+        chunked_prefill_arguments([1], [129], 1, 128, 2, 2, 1.0, True)
+    with pytest.raises(ValueError, match="multiple"):
+        chunked_prefill_arguments([1], [4], 1, 128, 3, 2, 1.0, True)
 
 
 @pytest.mark.parametrize(

@@ -171,6 +171,12 @@ GOOD = {
                     actual_seq_lengths=m.q, actual_seq_lengths_kv=m.kv,
                     num_key_value_heads=self.nkv, num_heads=self.n, head_size=self.d,
                     scale=self.scale, sparse_mode=3)
+                if not m.causal:
+                    out, _ = DeviceOperator.npu_fused_infer_attention_score(
+                        query=query, key=key, value=value, block_table=m.block_tables,
+                        input_layout="TND", block_size=128, actual_seq_lengths=m.q,
+                        actual_seq_lengths_kv=m.kv, num_key_value_heads=self.nkv,
+                        num_heads=self.n, scale=self.scale, sparse_mode=0)
                 return out
     """,
     "vllm_ascend/device/__init__.py": "",
@@ -493,15 +499,18 @@ def test_missing_triton_implementation_is_reported(tmp_path):
 
 
 def test_attention_keywords_are_checked(tmp_path):
-    """Without actual_seq_lengths_kv in either call of the tree, both the varlen entry's check
-    and the paged decode adapter's fail, each naming its file."""
+    """Without actual_seq_lengths_kv in any call of the tree, the varlen entry's check and the
+    checks of the two adapters that mirror forward_fused_infer_attention's calls (paged decode;
+    the mixed batch, causal and not) fail, each naming its file."""
     tree = write_tree(
         tmp_path,
         attention=("actual_seq_lengths_kv=ends,", ""),
         **{ATTN_V1: ("actual_seq_lengths_kv=m.kv,", "")},
     )
     problems = check_contract(tree)
-    assert len(problems) == 2, problems
+    assert len(problems) == 4, problems
+    for adapter in ("npu_paged_decode_attention", "npu_mixed_attention"):
+        assert any(adapter in p.message for p in problems), (adapter, problems)
     assert all(p.symbol == "npu_fused_infer_attention_score" for p in problems)
     assert all("actual_seq_lengths_kv" in p.message for p in problems)
     assert any("backend.py" in p.message for p in problems)
@@ -546,10 +555,14 @@ def test_missing_keyword_fails_and_names_the_closest_call(tmp_path):
 
 
 def test_changed_mode_fails(tmp_path):
+    """Both adapters that mirror the causal call rely on its mode; each says so."""
     tree = write_tree(tmp_path, **{ATTN_V1: ("sparse_mode=3", "sparse_mode=4")})
-    problem = only(check_contract(tree))
-    assert problem.file == ATTN_V1
-    assert "sparse_mode=4, not 3" in problem.message
+    problems = check_contract(tree)
+    assert len(problems) == 2, problems
+    assert {p.file for p in problems} == {ATTN_V1}
+    assert all("sparse_mode=4, not 3" in p.message for p in problems)
+    for adapter in ("npu_paged_decode_attention", "npu_mixed_attention"):
+        assert any(adapter in p.message for p in problems), (adapter, problems)
 
 
 def test_a_mode_of_another_type_fails(tmp_path):

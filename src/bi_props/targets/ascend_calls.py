@@ -81,6 +81,7 @@ ENGINE_ENTRIES: dict[str, str] = {
     # Not in every catalogue yet (other branches add them): entries_for() names them only where
     # the catalogue has an op of that name, so they light up when the ops land.
     "paged_decode_attention": f"{ADAPTER_MODULE}.npu_paged_decode_attention",
+    "mixed_attention": f"{ADAPTER_MODULE}.npu_mixed_attention",
     "fused_moe": f"{ADAPTER_MODULE}.npu_fused_moe",
 }
 """Catalogue op -> the adapter running it the way vllm-ascend 0.23.0 does. ``gelu_and_mul``,
@@ -137,6 +138,62 @@ def paged_decode_arguments(
 
 
 PAGED_DECODE_TENSOR_KEYWORDS = ("query", "key", "value", "atten_mask", "block_table")
+
+KV_CACHE_BLOCK_SIZE = 128
+"""The paged KV cache's block size the mixed-batch adapter lays the keys out in (vllm-ascend's
+usual ``--block-size``; FIA's TND layout with a block table takes 128-aligned blocks)."""
+
+
+def chunked_prefill_arguments(
+    query_lengths: Sequence[int],
+    key_lengths: Sequence[int],
+    max_blocks: int,
+    block_size: int,
+    num_heads: int,
+    num_kv_heads: int,
+    scale: float,
+    causal: bool,
+) -> dict[str, object]:
+    """Keyword arguments (besides the tensors) of ``npu_fused_infer_attention_score`` for a mixed
+    batch over a paged cache, as vllm-ascend 0.23.0's ChunkedPrefill state passes them
+    (attention/attention_v1.py forward_fused_infer_attention, _get_fia_params' last branch):
+    TND, ``actual_seq_lengths`` the cumulative query lengths (attn_metadata.actual_seq_lengths_q),
+    ``actual_seq_lengths_kv`` each sequence's key count (seq_lens_list, not cumulative), causal
+    ``sparse_mode=3`` (rightDownCausal: a sequence's queries are its last tokens) with the 2048 x
+    2048 mask, non-causal ``sparse_mode=0`` without one. Sequence b has ``query_lengths[b]``
+    queries (a prefill, a prefill chunk over a cached prefix, or one decode token) over
+    ``key_lengths[b]`` keys."""
+    lq = [int(n) for n in query_lengths]
+    lk = [int(n) for n in key_lengths]
+    if not lq or len(lq) != len(lk):
+        raise ValueError(f"one query and one key length per sequence, got {lq} and {lk}")
+    capacity = int(max_blocks) * int(block_size)
+    empty = [b for b, (q, k) in enumerate(zip(lq, lk, strict=True)) if q < 1 or k < 1]
+    if empty:
+        raise ValueError(
+            f"sequences {empty} have no query token or no key (query lengths {lq}, key lengths"
+            f" {lk}): every sequence vllm-ascend schedules has both"
+        )
+    if causal and any(q > k for q, k in zip(lq, lk, strict=True)):
+        raise ValueError(f"causal: query lengths {lq} must not exceed key lengths {lk}")
+    if max(lk) > capacity:
+        raise ValueError(
+            f"key lengths {lk} exceed max_blocks * block_size = {capacity}: the block table"
+            " must hold every sequence's keys"
+        )
+    if num_kv_heads <= 0 or num_heads % num_kv_heads:
+        raise ValueError(f"num_heads {num_heads} is not a multiple of num_kv_heads {num_kv_heads}")
+    return {
+        "input_layout": "TND",
+        "block_size": int(block_size),
+        "actual_seq_lengths": list(itertools.accumulate(lq)),
+        "actual_seq_lengths_kv": lk,
+        "num_key_value_heads": int(num_kv_heads),
+        "num_heads": int(num_heads),
+        "scale": float(scale),
+        "sparse_mode": CAUSAL_SPARSE_MODE if causal else 0,
+    }
+
 
 # vllm-ascend's check_npu_moe_gating_top_k (ops/fused_moe/experts_selector.py) wants, with one
 # expert group, more than 2 entries per group; it reads them from hidden_states.shape[-1] (the

@@ -20,13 +20,16 @@ naming the reason, rather than computing something else.
 from __future__ import annotations
 
 import importlib
+import itertools
 import math
 from typing import Any
 
 from .ascend_routes import (
     CAUSAL_MASK_SIZE,
+    KV_CACHE_BLOCK_SIZE,
     MOE_GATING_MIN_EXPERTS,
     ROPE_FORWARD,
+    chunked_prefill_arguments,
     moe_gating_arguments,
     moe_init_routing_arguments,
     moe_mlp_arguments,
@@ -188,6 +191,85 @@ def npu_paged_decode_attention(
         **kwargs,
     )
     return out.view(batch, heads, value_cache.shape[-1])
+
+
+# -- mixed batches: prefill chunks and decode tokens over a paged cache ----------------------
+
+
+def paged_layout(key_lengths: list[int], block_size: int) -> tuple[list[list[int]], int]:
+    """Each sequence's blocks in a fresh cache (sequence after sequence, as an allocator hands
+    out free blocks to a new batch), and the block table's width: ``(tables, max_blocks)``."""
+    tables, next_block = [], 0
+    for n in key_lengths:
+        count = -(-n // block_size)
+        tables.append(list(range(next_block, next_block + count)))
+        next_block += count
+    return tables, max((len(t) for t in tables), default=0)
+
+
+def npu_mixed_attention(
+    q: Any,
+    k: Any,
+    v: Any,
+    cu_seqlens_q: Any,
+    cu_seqlens_k: Any,
+    scale: float | None = None,
+    causal: bool = True,
+    *,
+    npu: Any = None,
+) -> Any:
+    """``bi_props.ops.mixed_attention`` (sequence b: ``Lq_b`` new tokens over ``Lk_b`` keys, a
+    cached prefix and those tokens; a prefill, a prefill chunk, or one decode token) as
+    vllm-ascend 0.23.0 runs a mixed batch: the ChunkedPrefill state of
+    forward_fused_infer_attention (attention/attention_v1.py) reads the keys from the paged KV
+    cache through the block table, TND queries with cumulative ``actual_seq_lengths``,
+    ``actual_seq_lengths_kv`` = each sequence's key count, causal ``sparse_mode=3`` with the 2048
+    x 2048 mask (non-causal: ``sparse_mode=0``, no mask), through
+    ``torch_npu.npu_fused_infer_attention_score`` (looked up now: swapped when the switch is on).
+
+    The packed keys and values are written into a cache of ``KV_CACHE_BLOCK_SIZE``-token blocks
+    first (vllm-ascend's reshape_and_cache has put them there before attention runs). q (Tq, H,
+    D), k / v (Tk, Hkv, D) packed by the cumulative lengths; output (Tq, H, Dv) in q's dtype. A
+    sequence without a query token or a key raises NpuUnsupported (vllm-ascend never schedules
+    one)."""
+    import torch
+
+    bounds_q = [int(c) for c in cu_seqlens_q.tolist()]
+    bounds_k = [int(c) for c in cu_seqlens_k.tolist()]
+    lq = [b - a for a, b in itertools.pairwise(bounds_q)]
+    lk = [b - a for a, b in itertools.pairwise(bounds_k)]
+    tokens, heads, head_dim = q.shape
+    kv_heads, value_dim = k.shape[1], v.shape[2]
+    if scale is None:
+        scale = 1.0 / math.sqrt(head_dim)
+    block_size = KV_CACHE_BLOCK_SIZE
+    tables, max_blocks = paged_layout(lk, block_size)
+    try:
+        kwargs = chunked_prefill_arguments(
+            lq, lk, max_blocks, block_size, heads, kv_heads, float(scale), bool(causal)
+        )
+    except ValueError as refused:
+        raise NpuUnsupported(f"npu_mixed_attention: {refused}") from None
+    blocks = sum(len(t) for t in tables)
+    key_cache = k.new_zeros((blocks * block_size, kv_heads, head_dim))
+    value_cache = v.new_zeros((blocks * block_size, kv_heads, value_dim))
+    for table, start, n in zip(tables, bounds_k, lk, strict=False):  # bounds_k has one more
+        at = table[0] * block_size  # a sequence's blocks are consecutive here
+        key_cache[at : at + n] = k[start : start + n]
+        value_cache[at : at + n] = v[start : start + n]
+    block_table = torch.zeros((len(tables), max_blocks), dtype=torch.int32)
+    for b, table in enumerate(tables):
+        block_table[b, : len(table)] = torch.tensor(table, dtype=torch.int32)
+    extra = {"atten_mask": _causal_mask(q.device)} if causal else {}
+    out, _lse = _npu(npu).npu_fused_infer_attention_score(
+        query=q,
+        key=key_cache.view(blocks, block_size, -1),
+        value=value_cache.view(blocks, block_size, -1),
+        block_table=block_table.to(q.device),
+        **extra,
+        **kwargs,
+    )
+    return out.view(tokens, heads, value_dim)
 
 
 # -- fused MoE -------------------------------------------------------------------------------

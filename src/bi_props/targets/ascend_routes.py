@@ -35,9 +35,11 @@ from .ascend_calls import (
     ENGINE_ENTRIES,
     ENTRIES,
     FIA_TENSOR_KEYWORDS,
+    KV_CACHE_BLOCK_SIZE,
     MOE_GATING_MIN_EXPERTS,
     NO_CACHE_BLOCK_SIZE,
     PAGED_DECODE_TENSOR_KEYWORDS,
+    chunked_prefill_arguments,
     entries_for,
     fia_arguments,
     fia_keywords,
@@ -206,9 +208,11 @@ _OP_TARGETS: dict[str, tuple[str, ...]] = {
     "attention": ("torch_npu.npu_fused_infer_attention_score",),
     # Engine ops whose adapter (ascend_ops) calls a function the switch swaps, looked up at call
     # time: vLLM's fused_add_rms_norm is AscendRMSNorm's npu_add_rms_norm branch, paged decode is
-    # forward_fused_infer_attention's DecodeOnly call. Claimed only where the catalogue has them.
+    # forward_fused_infer_attention's DecodeOnly call, a mixed batch its ChunkedPrefill call.
+    # Claimed only where the catalogue has them.
     "fused_add_rms_norm": ("torch_npu.npu_add_rms_norm",),
     "paged_decode_attention": ("torch_npu.npu_fused_infer_attention_score",),
+    "mixed_attention": ("torch_npu.npu_fused_infer_attention_score",),
 }
 _LINEAR_DECOMPOSED = ("aten::addmm", "aten::matmul")
 
@@ -623,6 +627,7 @@ _LAYERNORM = ("vllm_ascend/ops/layernorm.py",)
 _DEVICE_OP = ("vllm_ascend/device/device_op.py",)
 _MOE_MLP = ("vllm_ascend/ops/fused_moe/moe_mlp.py",)
 _PAGED = paged_decode_arguments([1], 1, 1, 1, 1, 1.0)
+_CHUNKED = chunked_prefill_arguments([1], [1], 1, 1, 1, 1, 1.0, True)
 _GATING = moe_gating_arguments(1)
 _ROUTING = moe_init_routing_arguments(1, 1, 1)
 _MLP = moe_mlp_arguments(None)
@@ -650,6 +655,27 @@ CALL_USES: tuple[CallUse, ...] = (
         "npu_paged_decode_attention",
         keywords=(*PAGED_DECODE_TENSOR_KEYWORDS, *_PAGED),
         constants={"input_layout": "TND", "sparse_mode": CAUSAL_SPARSE_MODE},
+        via=("vllm_ascend.device.device_op.DeviceOperator.npu_fused_infer_attention_score",),
+        function="forward_fused_infer_attention",
+    ),
+    _use(
+        "torch_npu.npu_fused_infer_attention_score",
+        ("vllm_ascend/attention/attention_v1.py",),
+        0,
+        "npu_mixed_attention",
+        keywords=(*PAGED_DECODE_TENSOR_KEYWORDS, *_CHUNKED),
+        constants={"input_layout": "TND", "sparse_mode": CAUSAL_SPARSE_MODE},
+        via=("vllm_ascend.device.device_op.DeviceOperator.npu_fused_infer_attention_score",),
+        function="forward_fused_infer_attention",
+    ),
+    # A non-causal mixed batch: the same call's branch for attn_metadata.causal False.
+    _use(
+        "torch_npu.npu_fused_infer_attention_score",
+        ("vllm_ascend/attention/attention_v1.py",),
+        0,
+        "npu_mixed_attention",
+        keywords=("query", "key", "value", "block_table", *_CHUNKED),
+        constants={"input_layout": "TND", "sparse_mode": 0},
         via=("vllm_ascend.device.device_op.DeviceOperator.npu_fused_infer_attention_score",),
         function="forward_fused_infer_attention",
     ),
@@ -883,6 +909,7 @@ __all__ = [
     "INIT",
     "INSTALL_HINTS",
     "KERNEL_PREFIX",
+    "KV_CACHE_BLOCK_SIZE",
     "LIBRARY",
     "MOE_GATING_MIN_EXPERTS",
     "NO_CACHE_BLOCK_SIZE",
@@ -911,6 +938,7 @@ __all__ = [
     "assess",
     "call_uses_for",
     "cann_switch_problem",
+    "chunked_prefill_arguments",
     "classify_import_failure",
     "entries_for",
     "evaluate_checks",
