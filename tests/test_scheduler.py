@@ -115,6 +115,25 @@ def test_enabled_cells_get_more_time_than_disabled_ones_at_equal_novelty() -> No
     assert enabled.seconds > 1.5 * disabled.seconds
 
 
+def test_a_cell_whose_examples_cost_more_gets_more_time_but_not_all_of_it() -> None:
+    """Time goes in proportion to sqrt(cost per example): a slow kernel's cell (here 16x the
+    cost) gets about 4x the time of a cheap one, so it runs 1/4 as many examples, not 1/16
+    (sharing time) and not as many (sharing examples, which would hand it 94% of the budget)."""
+    schedule = Scheduler(400.0)
+    cheap = schedule.add(Item("cheap", "cell", "enabled"))
+    slow = schedule.add(Item("slow", "cell", "enabled"))
+    per_example = {"cheap": 0.01, "slow": 0.16}
+    now = 0.0
+    while (picked := schedule.next(now)) is not None:
+        item, limit = picked
+        examples = max(1, int(limit / per_example[item.key]))
+        spent = examples * per_example[item.key]
+        schedule.done(item, spent, examples)
+        now += spent
+    assert 3.0 < slow.seconds / cheap.seconds < 5.5, (slow.seconds, cheap.seconds)
+    assert 2.5 < cheap.examples / slow.examples < 5.5, (cheap.examples, slow.examples)
+
+
 def test_behaviours_and_growing_reference_distance_count_as_new() -> None:
     keys, largest = behaviours(
         [

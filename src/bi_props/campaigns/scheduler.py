@@ -41,8 +41,13 @@ turn's time limit. Its policy, in order:
    cell) of the new behaviour its turns produced: shape buckets, dtypes and layout combinations
    it had not produced before in this run, and reference distances (max ULP, where coverage
    lines record one) larger than any it saw before (growing toward the bound). The next turn
-   goes to the live cell with the least ``seconds / w``: time is shared in proportion to the
-   weights, so a cell still finding new behaviour gets more turns, and none starves.
+   goes to the live cell with the least ``sqrt(seconds x examples) / w``: a cell whose examples
+   cost ``c`` seconds each gets time in proportion to ``w x sqrt(c)``, between sharing time
+   (where a cell whose examples cost 50x more runs 50x fewer of them: a slow kernel's
+   batch-invariance cell, which calls it on the whole batch and on the needle, saw 29 examples
+   in a 120 s campaign while its cheap stock-kernel neighbour saw 1,420) and sharing examples
+   (where the slow cell takes 50x the time); at equal costs it is ``seconds / w``. A cell still
+   finding new behaviour gets more turns, and none starves.
 4. **A shrink leaves room for the first turns still due.** A failure is shrunk inside the turn
    that found it, and a shrink can take minutes (a fused MoE on 2 cores). ``shrink_end`` is when
    a shrink that starts now must stop while cells have not had their first turn: the time left,
@@ -62,6 +67,7 @@ turn's time limit. Its policy, in order:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -101,6 +107,12 @@ class Item:
     def enabled_state(self) -> bool:
         """Enabled-state and parity cells: where a switch's bugs show."""
         return self.switch in ("enabled", "both")
+
+    @property
+    def effort(self) -> float:
+        """What the cell has had, for sharing: the geometric mean of its seconds and its
+        examples' worth of seconds (``sqrt(seconds x examples)``; see the module's policy 3)."""
+        return math.sqrt(self.seconds * max(self.examples, 1))
 
     @property
     def weight(self) -> float:
@@ -213,7 +225,7 @@ class Scheduler:
             return cell, min(limit, self._turn_s(), left)
         cell = min(
             live_cells,
-            key=lambda c: (c.seconds / c.weight, not c.enabled_state, c.turns, c.order),
+            key=lambda c: (c.effort / c.weight, not c.enabled_state, c.turns, c.order),
         )
         return cell, min(self._turn_s(), left)
 
