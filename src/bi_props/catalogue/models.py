@@ -23,7 +23,9 @@ from ._shared import (
     _never_exact,
 )
 
-MODEL_LAYOUTS = ("packed", "padded")
+MODEL_LAYOUTS = ("packed", "padded", "mixed")
+"""The probe model's batch layouts (its entries): a packed prefill, a padded one, and a mixed
+engine step (the needle decodes its last token while its companions prefill)."""
 
 
 def _model_operands(case: Case) -> tuple[Operand, ...]:
@@ -40,13 +42,27 @@ def _model_shapes(case: Case, rows: int) -> tuple[tuple[int, ...], ...]:
 
 
 def _model_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]) -> Any:
-    from ..execution.probe_model import ProbeModel, config_of, prefill_then_decode, run_batch
+    from ..execution.probe_model import (
+        ProbeModel,
+        config_of,
+        mixed_step,
+        prefill_then_decode,
+        run_batch,
+    )
 
     tokens, weights = args
     model = ProbeModel(weights, config_of(case.shape), dict(case.opt("entries", ()) or ()))
     if case.opt("mode") == "decode":
         return prefill_then_decode(model, tokens)
+    if entry == "mixed":  # the needle is the only sequence alone, else at its batch position
+        needle = 0 if len(lengths) == 1 or case.batch is None else case.batch.position
+        return mixed_step(model, tokens, list(lengths), needle)
     return run_batch(model, tokens, list(lengths), entry)
+
+
+def _model_output_rows(case: Case, rows: int) -> int:
+    """In the mixed layout the needle decodes: one output row (its next token's logprobs)."""
+    return 1 if case.entry == "mixed" and case.opt("mode") != "decode" else rows
 
 
 def _no_reference(x: Sequence[np.ndarray], case: Case, lengths: Sequence[int], acc="float32"):
@@ -132,7 +148,8 @@ OPS: tuple[OpSpec, ...] = (
         name="probe_model",
         entries=MODEL_LAYOUTS,
         shape_doc="(length, layers, heads, kv_heads, head_dim, vocab, intermediate); entry is"
-        " the batch layout (packed or padded); tokens per sample, one flat weight vector",
+        " the batch layout (packed, padded, or mixed: the needle decodes its last token while"
+        " its companions prefill); tokens per sample, one flat weight vector",
         operands=_model_operands,
         operand_shapes=_model_shapes,
         call=_model_call,
@@ -143,6 +160,8 @@ OPS: tuple[OpSpec, ...] = (
         " token",
         draw_shape=draw_probe_model,
         companion_rows=probe_model_companions,
+        output_rows=_model_output_rows,
+        companion_output_rows=lambda case, companion: companion.rows,  # companions prefill
     ),
     OpSpec(
         name="engine",

@@ -7,8 +7,11 @@ catalogue's ``add_rms_norm`` / ``varlen_attention`` entry points, looked up at c
 swaps apply): token embedding, RMSNorm with residual, rotary attention with grouped KV heads over
 packed variable-length sequences, a SwiGLU MLP, lm_head, log_softmax.
 
-Two batch layouts: ``packed`` (the tokens of all sequences concatenated, attention per sequence, as
-vLLM schedules a step) and ``padded`` (each sequence right-padded to the longest, as trainers do).
+Three batch layouts: ``packed`` (the tokens of all sequences concatenated, attention per sequence,
+as vLLM schedules a prefill step), ``padded`` (each sequence right-padded to the longest, as
+trainers do) and ``mixed`` (one engine step of a mixed batch: the needle decodes its last token
+over its KV cache while the companions prefill, attention through the catalogue's
+``mixed_attention`` entry, as vLLM's chunked-prefill scheduler mixes them).
 Weights are one flat tensor sliced into views, so a case carries one seed for all of them. Imported
 only in workers.
 """
@@ -114,11 +117,69 @@ class ProbeModel:
         entries = entries or {}
         self.add_rms_norm = _entry(entries.get("add_rms_norm", "bi_props.ops.add_rms_norm"))
         self.attention = _entry(entries.get("attention", "bi_props.ops.varlen_attention"))
+        self.mixed_attention = _entry(
+            entries.get("mixed_attention", "bi_props.ops.mixed_attention")
+        )
         self.eps = 1e-6
 
     def _add_norm(self, x: Tensor, residual: Tensor, weight: Tensor) -> tuple[Tensor, Tensor]:
         y, *rest = self.add_rms_norm(x, residual, weight, self.eps)
         return y, rest[-1]
+
+    def _layer_tail(self, a: Tensor, residual: Tensor, i: int) -> tuple[Tensor, Tensor]:
+        """Attention's output projection and the MLP of layer ``i``."""
+        cfg, w = self.config, self.w
+        x = F.linear(a.reshape(-1, cfg.heads * cfg.head_dim), w[f"{i}.o"])
+        h, residual = self._add_norm(x, residual, w[f"{i}.post_norm"])
+        gate, up = F.linear(h, w[f"{i}.gate_up"]).chunk(2, dim=-1)
+        return F.linear(F.silu(gate) * up, w[f"{i}.down"]), residual
+
+    def step(
+        self,
+        tokens: Tensor,
+        positions: Tensor,
+        query_lengths: list[int],
+        caches: list[list[tuple[Tensor, Tensor]] | None],
+    ) -> Tensor:
+        """One engine step over a mixed batch: sequence b's ``query_lengths[b]`` new tokens
+        (packed in ``tokens``) continue its KV cache ``caches[b]`` (None: a prefill from position
+        0). Keys per sequence are its cache's followed by its new tokens', and attention runs
+        once over the whole batch through ``mixed_attention`` (cu_seqlens_q, cu_seqlens_k).
+        Log-probabilities (sum(query_lengths), vocab) in float32."""
+        cfg, w = self.config, self.w
+        hd, nh, nkv = cfg.head_dim, cfg.heads, cfg.kv_heads
+        cos, sin = rope_cache(hd, w["embed"].dtype)
+        cos, sin = cos[positions], sin[positions]
+        x = w["embed"][tokens]
+        residual = torch.zeros_like(x)
+        bounds = [0, *itertools.accumulate(query_lengths)]
+        for i in range(cfg.layers):
+            h, residual = self._add_norm(x, residual, w[f"{i}.input_norm"])
+            qkv = F.linear(h, w[f"{i}.qkv"])
+            q = qkv[:, : nh * hd].reshape(-1, nh, hd)
+            k = qkv[:, nh * hd : (nh + nkv) * hd].reshape(-1, nkv, hd)
+            v = qkv[:, (nh + nkv) * hd :].reshape(-1, nkv, hd)
+            q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+            keys, values, key_lengths = [], [], []
+            for b, cache in enumerate(caches):
+                new_k, new_v = k[bounds[b] : bounds[b + 1]], v[bounds[b] : bounds[b + 1]]
+                if cache is not None:
+                    new_k, new_v = torch.cat((cache[i][0], new_k)), torch.cat((cache[i][1], new_v))
+                keys.append(new_k)
+                values.append(new_v)
+                key_lengths.append(new_k.shape[0])
+            a = self.mixed_attention(
+                q,
+                torch.cat(keys),
+                torch.cat(values),
+                torch.tensor(bounds, dtype=torch.int64),
+                cu_seqlens_of(key_lengths),
+                1.0 / math.sqrt(hd),
+                True,
+            )
+            x, residual = self._layer_tail(a, residual, i)
+        h, _ = self._add_norm(x, residual, w["final_norm"])
+        return torch.log_softmax(F.linear(h, w["lm_head"]).float(), dim=-1)
 
     def forward(
         self,
@@ -157,10 +218,7 @@ class ProbeModel:
                 total = torch.tensor([0, keys.shape[0]], dtype=torch.int64)
                 a = self.attention(full_q, keys, values, total, 1.0 / math.sqrt(hd), True)
                 a = a[past_k.shape[0] :]
-            x = F.linear(a.reshape(-1, nh * hd), w[f"{i}.o"])
-            h, residual = self._add_norm(x, residual, w[f"{i}.post_norm"])
-            gate, up = F.linear(h, w[f"{i}.gate_up"]).chunk(2, dim=-1)
-            x = F.linear(F.silu(gate) * up, w[f"{i}.down"])
+            x, residual = self._layer_tail(a, residual, i)
         h, _ = self._add_norm(x, residual, w["final_norm"])
         if only_last:
             h = h[-1:]
@@ -194,6 +252,27 @@ def run_batch(model: ProbeModel, tokens: Tensor, lengths: list[int], layout: str
     same = [longest] * len(lengths)
     out, _ = model.forward(padded, positions_of(same), cu_seqlens_of(same))
     return out[torch.tensor(keep, dtype=torch.int64)]
+
+
+def mixed_step(model: ProbeModel, tokens: Tensor, lengths: list[int], decoding: int) -> Tensor:
+    """Logprobs of one mixed engine step, in packed order: sequence ``decoding`` decodes its last
+    token over the KV cache of its earlier tokens (prefilled on their own in an earlier step, as
+    an engine did; none for a one-token sequence) and owns one output row; every other sequence
+    prefills all its tokens beside it. The needle alone is the same step without companions."""
+    seqs = list(torch.split(tokens, lengths))
+    prefix = seqs[decoding][:-1]
+    cache = None
+    if prefix.shape[0]:
+        n = prefix.shape[0]
+        _, cache = model.forward(prefix, positions_of([n]), cu_seqlens_of([n]))
+    queries = [s[-1:] if b == decoding else s for b, s in enumerate(seqs)]
+    query_lengths = [q.shape[0] for q in queries]
+    positions = [
+        torch.tensor([lengths[b] - 1]) if b == decoding else torch.arange(n, dtype=torch.int64)
+        for b, n in enumerate(query_lengths)
+    ]
+    caches = [cache if b == decoding else None for b in range(len(seqs))]
+    return model.step(torch.cat(queries), torch.cat(positions), query_lengths, caches)
 
 
 def prefill_then_decode(model: ProbeModel, tokens: Tensor) -> tuple[Tensor, Tensor]:
