@@ -135,10 +135,18 @@ def test_under_pytest_xdist_each_workers_bi_props_summary_reaches_the_terminal(
     )
     result = pytester.runpytest_subprocess(
         "--bi-target", "planted_batch_variant", "--bi-strategies=space.toml",
-        "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile",
+        "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile", "--bi-report", "r.json",
     )  # fmt: skip
     out = result.stdout.str()
     assert result.ret == 1, out  # the planted bug is found (by one worker at least)
+    # one report directory per worker, each named in its section (a shared path keeps the last
+    # worker's report only and interleaves the coverage lines of examples.jsonl)
+    for worker in ("gw0", "gw1"):
+        written = pytester.path / worker / "r.json"
+        assert written.is_file(), out
+        assert (written.parent / "examples.jsonl").is_file(), out
+        assert f"report: {worker}/r.json" in out, out
+    assert not (pytester.path / "r.json").exists()
     # each worker collects both files (loadfile only schedules them): 2 deselected, said once
     result.stdout.fnmatch_lines(
         ["bi_props: 2 deselected: test_regression, no --bi-regressions file given*"]

@@ -51,7 +51,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--bi-report",
         default=None,
         metavar="PATH",
-        help="write findings and negative controls as JSON to PATH (default: none written)",
+        help="write findings and negative controls as JSON to PATH; under pytest-xdist each"
+        " worker writes its own, with gwN/ inserted before PATH's name (default: none written)",
     )
     group.addoption(
         "--bi-known",
@@ -134,8 +135,7 @@ class BiPropsState:
             from .campaigns.session import Session
 
             self._session = Session(self.target, self.space, switch_provider=self.switch_provider)
-            report = self.config.getoption("bi_report")
-            self._session.report_path = Path(report) if report else None
+            self._session.report_path = _report_path(self.config)
             self._session.known = self.known
             self._session.strict_controls = self.config.getoption("bi_strict_controls")
             # A known failure (by full signature) is recorded once and skipped: the cell keeps
@@ -418,6 +418,18 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     elif state is not None and 3 in _from_workers(session.config, "exit_status"):
         # the controller: a worker's Session had no trustworthy verdict
         session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+
+
+def _report_path(config: pytest.Config) -> Path | None:
+    """``--bi-report PATH``; in a pytest-xdist worker ``gwN/`` inserted before PATH's name: each
+    worker runs a Session of its own, and the report, ``examples.jsonl`` and ``repro/`` beside
+    it would otherwise be shared (the last worker's report kept, coverage lines interleaved)."""
+    report = config.getoption("bi_report")
+    if not report:
+        return None
+    path = Path(report)
+    worker = getattr(config, "workerinput", {}).get("workerid")
+    return path.parent / worker / path.name if worker else path
 
 
 def _send_to_controller(config: pytest.Config, state: BiPropsState) -> None:
