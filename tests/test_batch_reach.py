@@ -8,6 +8,7 @@ condition): a batch quantity the strategy can reach is found, and shrinks to the
 from __future__ import annotations
 
 from dataclasses import replace
+from random import Random
 
 import pytest
 from hypothesis import HealthCheck, Phase, find, settings
@@ -149,3 +150,28 @@ def test_report_json_carries_each_cells_reach() -> None:
     [entry] = [e for e in session.report()["batch_reach"] if e["property"] == "batch_invariance"]
     assert entry["examples"] == 1 and entry["largest"]["total_rows"] == 256
     assert entry["crossed"]["total_rows"]["256"] == 1 and entry["crossed"]["total_rows"]["257"] == 0
+
+
+def test_a_failure_on_many_sequences_shrinks_to_a_few_in_few_steps() -> None:
+    """Many-sequence batches copy the few companions drawn (``_replicated``): a failure first
+    seen on 30 or more sequences shrinks by one draw to those few, then to the needle and one
+    or two companions. Drawn as 30-60 independent companions it took 130-270 shrink steps (each a batch
+    of hundreds of tokens through the kernel) and could stop at 8 sequences."""
+    space = load_profile("cpu")
+    for op in ("attention", "mixed_attention", "paged_decode_attention"):
+        steps = {"after_first": 0, "first": None}
+
+        def fails(case: Case, steps: dict = steps) -> bool:
+            rows = [c.rows for c in case.batch.companions]
+            bug = max(rows) >= 20 and case.shape[0] > 12  # a long needle beside a longer one
+            if steps["first"] is None:  # the first failure is a batch of many sequences
+                steps["first"] = case if bug and len(rows) >= 30 else None
+                return steps["first"] is not None
+            steps["after_first"] += 1
+            return bug
+
+        strategy = cases(space, op, "batch_invariance")
+        smallest = find(strategy, fails, settings=FIND, random=Random(0))
+        assert steps["first"].batch.size > 30
+        assert smallest.batch.size <= 3, (op, smallest)
+        assert steps["after_first"] < 120, (op, steps["after_first"])

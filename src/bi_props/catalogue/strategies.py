@@ -184,16 +184,25 @@ def _companions(
     return st.lists(_companion(rows, queries), min_size=1, max_size=max_companions)
 
 
-@lru_cache(maxsize=1024)
-def _many_companions(
-    rows: st.SearchStrategy[int],
-    count: int,
-    most_rows: int,
-    queries: st.SearchStrategy[int] | None = None,
-):
-    """Exactly ``count`` companions of at most ``most_rows`` rows each (the token cap)."""
-    capped = rows.map(lambda r: min(r, most_rows))
-    return st.lists(_companion(capped, queries), min_size=count, max_size=count)
+REPLICA_STEP = 0x9E3779B1
+"""Seed step between copies of one companion in a many-sequence batch (their values differ)."""
+
+
+def _replicated(companions: list[Companion], count: int, most_rows: int) -> list[Companion]:
+    """``count`` companions cycled from ``companions`` (the distinct ones drawn), each at most
+    ``most_rows`` rows (the token cap) and with a seed of its own.
+
+    Why copies, not ``count`` independent draws: the batch-wide quantities a kernel keys on (the
+    number of sequences, the longest, the total) need no more than a few distinct lengths, and a
+    failure on a batch of 60 sequences then shrinks by one choice (the many-sequence flag: the
+    distinct companions alone stay) instead of by minimising 60 companions' rows one example at a
+    time (minutes on a slow kernel)."""
+    out = []
+    for i in range(count):
+        base = companions[i % len(companions)]
+        seed = (base.seed + (i // len(companions)) * REPLICA_STEP) % 2**32
+        out.append(replace(base, seed=seed, rows=min(base.rows, most_rows)))
+    return out
 
 
 def _aim_total(
@@ -226,10 +235,11 @@ def _batch(
 ) -> Batch:
     """Companions of the needle: the spec's ``companion_rows(ctx)`` (default: the space's
     companion rows, tile-edge biased), at most ``max_companions`` (the space's, capped by the
-    spec's). A sequence op (``OpSpec.sequences``) holds, half of the time, many sequences: their
-    number aimed at the space's switch points up to ``max_sequences``, each short enough that
-    all companions stay within ``max_batch_tokens``. The total rows are aimed at a switch point
-    half of the time (``_aim_total``)."""
+    spec's). A sequence op (``OpSpec.sequences``) holds, a third of the time, many sequences:
+    those companions copied (``_replicated``) up to a number aimed at the space's switch points
+    up to ``max_sequences``, each short enough that all companions stay within
+    ``max_batch_tokens``. The total rows are aimed at a switch point half of the time
+    (``_aim_total``)."""
     queries = None
     if op.companion_queries is not None:
         queries = op.companion_queries(shape_context(space, op, prop))
@@ -240,13 +250,15 @@ def _batch(
     most = space.max_companions
     if op.max_companions is not None:
         most = min(most, op.max_companions)
-    if op.sequences and space.max_sequences - 1 > most and draw(st.booleans()):
+    companions = draw(_companions(rows, most, queries))
+    # A third of the batches of a sequence op hold many sequences: the companions drawn, copied
+    # up to a count aimed at the switch points (the draw shrinks to 0: the few alone). A third,
+    # not a half: such a batch costs several times a few-sequence one, and most bugs need no more.
+    if op.sequences and space.max_sequences - 1 > most and draw(integers(0, 2)) == 2:
         marks = tuple(t - 1 for t in space.switch_points if t > 1)  # sequences -> companions
         count = draw(extents(Extent(most + 1, space.max_sequences - 1), marks))
         most_rows = max(1, space.max_batch_tokens // count)
-        companions = draw(_many_companions(rows, count, most_rows, queries))
-    else:
-        companions = draw(_companions(rows, most, queries))
+        companions = _replicated(companions, count, most_rows)
     companions = _aim_total(draw, companions, needle_rows, space)
     position = draw(integers(0, len(companions)))
     return Batch(position=position, companions=tuple(companions))
