@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -393,22 +392,28 @@ def _paged_repro(case: Case) -> tuple[str, str]:
     return definition, expr
 
 
-@lru_cache(maxsize=256)
-def _short_first(short: Any, long: Any) -> Any:
-    """``one_of(short, long)``, built once per pair (a new strategy is validated on each use)."""
-    from hypothesis import strategies as st
+SHORT_NEEDLE = 8
+"""A short batch-invariance needle has at most this many tokens."""
 
-    return st.one_of(short, long)
+
+def _short_or_long(draw: Any, ctx: Any, long: Any) -> Any:
+    """A batch-invariance needle's length strategy: short (at most ``SHORT_NEEDLE`` tokens) one
+    time in three, what shrinking reaches; else ``long``, the space's whole attention length. A
+    kernel that splits a sequence's keys by the batch's longest shows only on a needle that
+    spans more than one split and is not the longest itself (a long needle beside a longer
+    companion), and a long needle costs little beside its batch."""
+    space = ctx.space
+    if draw(ctx.integers(0, 2)) == 0:
+        length = space.attention_length
+        return ctx.integers(length.min, min(length.max, SHORT_NEEDLE))
+    return long
 
 
 def draw_attention(draw: Any, ctx: Any) -> Shape:
     space = ctx.space
     length = ctx.extents(space.attention_length)
-    if ctx.prop == "batch_invariance":  # short needles first (what shrinking reaches), long too:
-        # a kernel that splits a sequence's keys by the batch's longest shows only on a needle
-        # that spans more than one split
-        short = ctx.integers(space.attention_length.min, min(space.attention_length.max, 8))
-        length = _short_first(short, length)
+    if ctx.prop == "batch_invariance":
+        length = _short_or_long(draw, ctx, length)
     kv_heads = draw(ctx.choice(tuple([1, 2])))
     heads = kv_heads * draw(ctx.choice(tuple([1, 2, 4])))
     head_dim = draw(ctx.choice(tuple(space.head_dims)))
@@ -543,8 +548,7 @@ def draw_mixed_attention(draw: Any, ctx: Any) -> Shape:
     space = ctx.space
     keys = ctx.extents(space.attention_length)
     if ctx.prop == "batch_invariance":
-        short = ctx.integers(space.attention_length.min, min(space.attention_length.max, 8))
-        keys = _short_first(short, keys)
+        keys = _short_or_long(draw, ctx, keys)
     lk = draw(keys)
     kind = draw(ctx.choice(MIXED_KINDS))
     lq = lk
