@@ -873,6 +873,7 @@ class Campaign:
             for cell in state.cells:
                 item = Item((target, cell), "cell", cell.switch, done=cell.done, group=target)
                 item.claimed = cell.op in claimed
+                item.batch_compared = cell.prop == "batch_invariance"
                 schedule.add(item)
         for target, state in states.items():
             for control in state.session.controls:

@@ -37,9 +37,11 @@ turn's time limit. Its policy, in order:
    ``class`` is ``ENABLED_WEIGHT`` for enabled-state and parity cells and 1 for disabled-state
    ones, times ``CLAIMED_WEIGHT`` for ops the target claims (a library claiming one op of 22 then
    spends about half the time on it; a target that claims every op, like ``cpu``, is
-   unaffected); ``novelty`` is an exponentially decayed count (``NOVELTY_DECAY`` per turn of the
-   cell) of the new behaviour its turns produced: shape buckets, dtypes and layout combinations
-   it had not produced before in this run, and reference distances (max ULP, where coverage
+   unaffected), times ``BATCH_WEIGHT`` for batch-invariance cells (the property the switch
+   exists for, whose examples cost the most: the batch and the needle alone); ``novelty`` is
+   an exponentially decayed count (``NOVELTY_DECAY`` per turn of the cell) of the new
+   behaviour its turns produced: shape buckets, dtypes and layout combinations it had not
+   produced before in this run, and reference distances (max ULP, where coverage
    lines record one) larger than any it saw before (growing toward the bound). The next turn
    goes to the live cell with the least ``sqrt(seconds x examples) / w``: a cell whose examples
    cost ``c`` seconds each gets time in proportion to ``w x sqrt(c)``, between sharing time
@@ -78,6 +80,10 @@ MAX_TURN_S = 10.0
 TURN_FRACTION = 0.02  # a later turn's time limit: this fraction of the budget, within the bounds
 ENABLED_WEIGHT = 2.0
 CLAIMED_WEIGHT = 16.0
+BATCH_WEIGHT = 2.0
+"""Extra weight of batch-invariance cells: the property a switch exists for, and the costliest
+per example (the kernel runs on the whole batch and on the needle alone), so sharing by
+``sqrt(cost)`` alone left it 61 examples of a 120 s single-op campaign."""
 NOVELTY_DECAY = 0.5
 NOVELTY_CAP = 8.0
 FIRST_TURN_MARGIN = 2.0  # a shrink's reserve per first turn still due, in mean first turns
@@ -102,6 +108,7 @@ class Item:
     searching: bool = True  # a control that has seen no variance yet (the campaign updates it)
     group: Any = None  # the target: first turns alternate between targets of equal priority
     first_turn_s: float | None = None  # the first turn's seconds, its shrink excluded
+    batch_compared: bool = False  # a batch-invariance cell (``BATCH_WEIGHT``)
 
     @property
     def enabled_state(self) -> bool:
@@ -118,7 +125,8 @@ class Item:
     def weight(self) -> float:
         kind = ENABLED_WEIGHT if self.enabled_state else 1.0
         claimed = CLAIMED_WEIGHT if self.claimed else 1.0
-        return kind * claimed * (1.0 + min(self.novelty, NOVELTY_CAP))
+        batch = BATCH_WEIGHT if self.batch_compared else 1.0
+        return kind * claimed * batch * (1.0 + min(self.novelty, NOVELTY_CAP))
 
 
 def behaviours(lines: list[dict[str, Any]]) -> tuple[set, int | None]:
