@@ -126,6 +126,26 @@ class ProbeModel:
         y, *rest = self.add_rms_norm(x, residual, weight, self.eps)
         return y, rest[-1]
 
+    def _embed(self, tokens: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The tokens' embeddings and the rotary cos/sin at their positions."""
+        w = self.w
+        cos, sin = rope_cache(self.config.head_dim, w["embed"].dtype)
+        return w["embed"][tokens], cos[positions], sin[positions]
+
+    def _qkv(
+        self, x: Tensor, residual: Tensor, i: int, cos: Tensor, sin: Tensor
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Layer ``i``'s input norm and QKV projection: rotated q (T, heads, head_dim), rotated
+        k and v (T, kv_heads, head_dim), and the residual."""
+        cfg, w = self.config, self.w
+        hd, nh, nkv = cfg.head_dim, cfg.heads, cfg.kv_heads
+        h, residual = self._add_norm(x, residual, w[f"{i}.input_norm"])
+        qkv = F.linear(h, w[f"{i}.qkv"])
+        q = qkv[:, : nh * hd].reshape(-1, nh, hd)
+        k = qkv[:, nh * hd : (nh + nkv) * hd].reshape(-1, nkv, hd)
+        v = qkv[:, (nh + nkv) * hd :].reshape(-1, nkv, hd)
+        return _rotate(q, cos, sin), _rotate(k, cos, sin), v, residual
+
     def _layer_tail(self, a: Tensor, residual: Tensor, i: int) -> tuple[Tensor, Tensor]:
         """Attention's output projection and the MLP of layer ``i``."""
         cfg, w = self.config, self.w
@@ -147,19 +167,11 @@ class ProbeModel:
         once over the whole batch through ``mixed_attention`` (cu_seqlens_q, cu_seqlens_k).
         Log-probabilities (sum(query_lengths), vocab) in float32."""
         cfg, w = self.config, self.w
-        hd, nh, nkv = cfg.head_dim, cfg.heads, cfg.kv_heads
-        cos, sin = rope_cache(hd, w["embed"].dtype)
-        cos, sin = cos[positions], sin[positions]
-        x = w["embed"][tokens]
+        x, cos, sin = self._embed(tokens, positions)
         residual = torch.zeros_like(x)
         bounds = [0, *itertools.accumulate(query_lengths)]
         for i in range(cfg.layers):
-            h, residual = self._add_norm(x, residual, w[f"{i}.input_norm"])
-            qkv = F.linear(h, w[f"{i}.qkv"])
-            q = qkv[:, : nh * hd].reshape(-1, nh, hd)
-            k = qkv[:, nh * hd : (nh + nkv) * hd].reshape(-1, nkv, hd)
-            v = qkv[:, (nh + nkv) * hd :].reshape(-1, nkv, hd)
-            q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+            q, k, v, residual = self._qkv(x, residual, i, cos, sin)
             keys, values, key_lengths = [], [], []
             for b, cache in enumerate(caches):
                 new_k, new_v = k[bounds[b] : bounds[b + 1]], v[bounds[b] : bounds[b + 1]]
@@ -174,7 +186,7 @@ class ProbeModel:
                 torch.cat(values),
                 torch.tensor(bounds, dtype=torch.int64),
                 cu_seqlens_of(key_lengths),
-                1.0 / math.sqrt(hd),
+                1.0 / math.sqrt(cfg.head_dim),
                 True,
             )
             x, residual = self._layer_tail(a, residual, i)
@@ -195,18 +207,11 @@ class ProbeModel:
         followed by the new ones, and each new query attends to the whole prefix."""
         cfg, w = self.config, self.w
         hd, nh, nkv = cfg.head_dim, cfg.heads, cfg.kv_heads
-        cos, sin = rope_cache(hd, w["embed"].dtype)
-        cos, sin = cos[positions], sin[positions]
-        x = w["embed"][tokens]
+        x, cos, sin = self._embed(tokens, positions)
         residual = torch.zeros_like(x)
         new_cache = []
         for i in range(cfg.layers):
-            h, residual = self._add_norm(x, residual, w[f"{i}.input_norm"])
-            qkv = F.linear(h, w[f"{i}.qkv"])
-            q = qkv[:, : nh * hd].reshape(-1, nh, hd)
-            k = qkv[:, nh * hd : (nh + nkv) * hd].reshape(-1, nkv, hd)
-            v = qkv[:, (nh + nkv) * hd :].reshape(-1, nkv, hd)
-            q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+            q, k, v, residual = self._qkv(x, residual, i, cos, sin)
             new_cache.append((k, v))
             if cache is None:
                 a = self.attention(q, k, v, cu_seqlens, 1.0 / math.sqrt(hd), True)
