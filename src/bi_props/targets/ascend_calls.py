@@ -123,18 +123,11 @@ def paged_decode_arguments(
             f"seq_lens {bad} outside [1, max_blocks * block_size = {capacity}]: each decode"
             " query needs at least one key and its block table must hold its context"
         )
-    if num_kv_heads <= 0 or num_heads % num_kv_heads:
-        raise ValueError(f"num_heads {num_heads} is not a multiple of num_kv_heads {num_kv_heads}")
-    return {
-        "input_layout": "TND",
-        "block_size": int(block_size),
-        "actual_seq_lengths": list(range(1, len(lengths) + 1)),
-        "actual_seq_lengths_kv": lengths,
-        "num_key_value_heads": int(num_kv_heads),
-        "num_heads": int(num_heads),
-        "scale": float(scale),
-        "sparse_mode": CAUSAL_SPARSE_MODE,
-    }
+    # the mixed-batch call with one query token per sequence (cumulative lengths 1..B)
+    ones = [1] * len(lengths)
+    return chunked_prefill_arguments(
+        ones, lengths, max_blocks, block_size, num_heads, num_kv_heads, scale, causal=True
+    )
 
 
 PAGED_DECODE_TENSOR_KEYWORDS = ("query", "key", "value", "atten_mask", "block_table")
