@@ -542,7 +542,7 @@ decode token over its cached prefix, or a prefill chunk over one."""
 
 def draw_mixed_attention(draw: Any, ctx: Any) -> Shape:
     """(keys, queries, heads, kv_heads, head_dim): a sequence of ``keys`` tokens (the space's
-    attention length; for batch invariance short first, long too, as ``attention``) whose last
+    attention length; for batch invariance short or long, as ``attention``) whose last
     ``queries`` are new: a prefill (queries = keys), a decode token (1) or a chunk (1 <= queries
     < keys, after a cached prefix of keys - queries tokens, tile-edge biased)."""
     space = ctx.space

@@ -161,7 +161,7 @@ class OpSpec:
     sequences: bool = False
     """Whether each sample is a sequence of its own, the kernel seeing their count (varlen or
     paged attention: split-KV heuristics on batch x heads, a sampler's co-resident sequences):
-    then half the batches hold many short companions, up to the space's ``max_sequences``."""
+    then a third of the batches hold many short companions, up to the space's ``max_sequences``."""
     repro_call: Callable[[Case], tuple[str, str]] | None = None
     aten_names: tuple[str, ...] = ()
     negative_control: bool = True
