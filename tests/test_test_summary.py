@@ -156,3 +156,33 @@ def test_under_pytest_xdist_each_workers_bi_props_summary_reaches_the_terminal(
         assert f"bi_props (pytest-xdist worker {worker})" in out, out
     assert out.count("negative control mm batch_invariance: variance SEEN") == 2, out
     assert "finding: mm batch_invariance [enabled] mismatch" in out, out
+
+
+def test_under_pytest_xdist_a_worker_given_no_property_test_prints_no_section(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--dist loadfile`` puts a file of property tests on one worker: the other collected them
+    too (its Session probed the target) but ran none, and its section would say "0 examples"
+    beside the real one."""
+    from bi_props.model.property_spec import PROPERTIES
+
+    monkeypatch.setenv("PYTHONPATH", str(PLANTED))
+    pytester.makepyfile(
+        test_props="from bi_props.suite.test_properties import test_property\n",
+        test_plain="def test_one():\n    pass\n",
+    )
+    others = [p for p in PROPERTIES if p != "batch_invariance"]
+    pytester.makefile(
+        ".toml",
+        space=f'[hypothesis]\nmax_examples = 3\n[ops]\ninclude = ["silu"]\n'
+        f"[properties]\nexclude = {others!r}\n",
+    )
+    result = pytester.runpytest_subprocess(
+        "--bi-target", "cpu", "--bi-strategies=space.toml",
+        "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile",
+    )  # fmt: skip
+    out = result.stdout.str()
+    assert result.ret == 0, out
+    sections = [line for line in out.splitlines() if "bi_props (pytest-xdist worker" in line]
+    assert len(sections) == 1, out  # the worker that ran test_props.py only
+    assert " 0 examples in " not in out, out

@@ -86,6 +86,7 @@ class BiPropsState:
         self._space = None
         self.missing: str | None = None
         self.skipped = 0
+        self.property_tests = 0  # bi_props-marked tests this process ran (a call phase each)
 
     @property
     def target(self) -> str:
@@ -344,6 +345,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     that failed differently on replay (also Hypothesis' Flaky) is recorded as it was seen."""
     report = yield
     state = item.config.stash.get(_KEY, None)
+    if report.when == "call" and state is not None and item.get_closest_marker("bi_props"):
+        state.property_tests += 1
     if report.when != "call" or state is None or state._session is None:
         return report
     session = state._session
@@ -436,7 +439,8 @@ def _send_to_controller(config: pytest.Config, state: BiPropsState) -> None:
     """A pytest-xdist worker has no terminal: its summary, its regression deselections and its
     verdict's exit status go to the controller in ``workeroutput`` (pytest-cov's way)."""
     lines = SummaryLines()
-    _summarize(state, lines)
+    if state.property_tests or state.missing:  # a worker given no property test: no section
+        _summarize(state, lines)  # (it would say "0 examples" beside the worker that ran them)
     config.workeroutput["bi_props"] = {  # type: ignore[attr-defined]
         "lines": lines.lines,
         "deselected_regressions": config.stash.get(_DESELECTED_REGRESSIONS, 0),
