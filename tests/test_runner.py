@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -409,3 +411,24 @@ def test_plugin_with_allow_missing_skips_loudly(pytester):
             f"*{outcomes['skipped']} property tests did not run*{MISSING}*",
         ]
     )
+
+
+def test_a_runner_never_closed_leaves_no_worker_log_behind(tmp_path: Path) -> None:
+    """Each worker logs to a temporary file, removed when it is closed or killed; a Runner left
+    to the interpreter's exit (a test that stopped early) removes them then, in the process
+    that made them only. Runs left hundreds of empty ``bi_props-*.log`` files in /tmp before."""
+    script = (
+        "from bi_props.runner.controller import Runner\n"
+        "runner = Runner('cpu', start_timeout_s=120)\n"
+        "runner.start_all()\n"
+        "pools = (runner._workers, runner._zygotes)\n"
+        "print([str(w.log_path) for pool in pools for w in pool.values()])\n"
+    )
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert done.returncode == 0, done.stderr
+    logs = eval(done.stdout.strip().splitlines()[-1])
+    assert len(logs) >= 2 and all(log.startswith(str(tmp_path)) for log in logs), logs
+    assert not list(tmp_path.glob("bi_props-*.log")), list(tmp_path.iterdir())

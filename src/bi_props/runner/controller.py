@@ -10,6 +10,7 @@ in isolation. Imports neither torch nor the target's packages.
 
 from __future__ import annotations
 
+import atexit
 import os
 import select
 import signal
@@ -162,12 +163,33 @@ class _Channel:
         return payload
 
 
+_LOGS: dict[Path, int] = {}
+"""Worker logs not removed yet -> the pid of the process that made them."""
+
+
 def _log_file(target: str, switch: str):
-    return tempfile.NamedTemporaryFile(
+    log = tempfile.NamedTemporaryFile(
         prefix=f"bi_props-{target.replace(':', '_').replace('/', '_')}-{switch}-",
         suffix=".log",
         delete=False,
     )
+    _LOGS[Path(log.name)] = os.getpid()
+    return log
+
+
+def _remove_log(path: Path) -> None:
+    path.unlink(missing_ok=True)
+    _LOGS.pop(path, None)
+
+
+@atexit.register
+def _remove_logs_left() -> None:
+    """At exit, the logs of workers never closed (a Runner left to the garbage collector, a test
+    that stopped early): each run left its workers' empty logs in the temp directory. Only the
+    process that made a log removes it (a fork of this process must not)."""
+    for path, pid in list(_LOGS.items()):
+        if pid == os.getpid():
+            _remove_log(path)
 
 
 @dataclass
@@ -269,7 +291,7 @@ class Worker(_Channel):
             pid = self.request(("fork", log.name), self.start_timeout_s, "forking a worker")
             _, fds, _, _ = socket.recv_fds(self.handout, 16, 1)
         except BaseException:
-            Path(log.name).unlink(missing_ok=True)
+            _remove_log(Path(log.name))
             raise
         channel = socket.socket(fileno=fds[0])
         hello = replace(self.hello, pid=pid)
@@ -299,7 +321,7 @@ class Worker(_Channel):
             if stream is not None:
                 stream.close()
         if self.log_path is not None:  # crash and hang messages quoted it before the kill
-            self.log_path.unlink(missing_ok=True)
+            _remove_log(self.log_path)
 
     def close(self) -> None:
         if self.process is None:
@@ -367,7 +389,7 @@ class ForkedWorker(_Channel):
             self._exit_code()
         self.stream.close()
         self.channel.close()
-        self.log_path.unlink(missing_ok=True)
+        _remove_log(self.log_path)
 
     def close(self) -> None:
         if not self.ended and self.channel.fileno() >= 0:
