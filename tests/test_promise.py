@@ -285,7 +285,10 @@ def test_under_pytest_xdist_a_workers_exit_3_reaches_the_controller(monkeypatch)
     session.judge_switching = lambda: None
     session.internal("negative control mm batch_invariance [disabled]: bi_props failed")
     stash = {plugin._KEY: plugin.BiPropsState.__new__(plugin.BiPropsState)}
-    stash[plugin._KEY].__dict__.update(_session=session, missing=None, profile="ci", skipped=0)
+    # property_tests=0: its verdict is sent even by a worker that ran no property test
+    stash[plugin._KEY].__dict__.update(
+        _session=session, missing=None, profile="ci", skipped=0, property_tests=0
+    )
     worker_config = SimpleNamespace(
         stash=SimpleNamespace(get=lambda key, default=None: stash.get(key, default)),
         workeroutput={},

@@ -439,12 +439,17 @@ def _send_to_controller(config: pytest.Config, state: BiPropsState) -> None:
     """A pytest-xdist worker has no terminal: its summary, its regression deselections and its
     verdict's exit status go to the controller in ``workeroutput`` (pytest-cov's way)."""
     lines = SummaryLines()
-    if state.property_tests or state.missing:  # a worker given no property test: no section
-        _summarize(state, lines)  # (it would say "0 examples" beside the worker that ran them)
+    session = state._session
+    # A worker given no property test sends no section (it would say "0 examples" beside the
+    # worker that ran them), unless its Session has something to say all the same: a finding
+    # (a known failure re-checked) or no trustworthy verdict (an internal error).
+    speaks = session is not None and bool(verdict_exit_status(session) or session.findings)
+    if state.property_tests or state.missing or speaks:
+        _summarize(state, lines)
     config.workeroutput["bi_props"] = {  # type: ignore[attr-defined]
         "lines": lines.lines,
         "deselected_regressions": config.stash.get(_DESELECTED_REGRESSIONS, 0),
-        "exit_status": verdict_exit_status(state._session) if state._session else 0,
+        "exit_status": verdict_exit_status(session) if session else 0,
     }
 
 
