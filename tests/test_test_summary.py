@@ -112,6 +112,18 @@ def test_under_pytest_xdist_the_campaign_lane_deselection_is_still_named(
 
 
 @pytest.mark.slow
+def _batch_invariance_space(pytester: pytest.Pytester, op: str, examples: int) -> None:
+    """space.toml: one op, batch invariance only, ``examples`` examples per test."""
+    from bi_props.model.property_spec import PROPERTIES
+
+    others = [p for p in PROPERTIES if p != "batch_invariance"]
+    pytester.makefile(
+        ".toml",
+        space=f'[hypothesis]\nmax_examples = {examples}\n[ops]\ninclude = ["{op}"]\n'
+        f"[properties]\nexclude = {others!r}\n",
+    )
+
+
 def test_under_pytest_xdist_each_workers_bi_props_summary_reaches_the_terminal(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -119,20 +131,13 @@ def test_under_pytest_xdist_each_workers_bi_props_summary_reaches_the_terminal(
     findings) and its test_regression deselection travel to the controller
     (tests/test_promise.py checks its exit status 3). Two files, ``--dist loadfile``: each
     worker runs one file's Session."""
-    from bi_props.model.property_spec import PROPERTIES
-
     monkeypatch.setenv("PYTHONPATH", str(PLANTED))
     suite = (
         "from bi_props.suite.test_properties import test_property, test_regression, "
         "test_batch_variance_control\n"
     )
     pytester.makepyfile(test_one=suite, test_two=suite)
-    others = [p for p in PROPERTIES if p != "batch_invariance"]
-    pytester.makefile(
-        ".toml",
-        space=f'[hypothesis]\nmax_examples = 5\n[ops]\ninclude = ["mm"]\n'
-        f"[properties]\nexclude = {others!r}\n",
-    )
+    _batch_invariance_space(pytester, "mm", 5)
     result = pytester.runpytest_subprocess(
         "--bi-target", "planted_batch_variant", "--bi-strategies=space.toml",
         "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile", "--bi-report", "r.json",
@@ -164,19 +169,12 @@ def test_under_pytest_xdist_a_worker_given_no_property_test_prints_no_section(
     """``--dist loadfile`` puts a file of property tests on one worker: the other collected them
     too (its Session probed the target) but ran none, and its section would say "0 examples"
     beside the real one."""
-    from bi_props.model.property_spec import PROPERTIES
-
     monkeypatch.setenv("PYTHONPATH", str(PLANTED))
     pytester.makepyfile(
         test_props="from bi_props.suite.test_properties import test_property\n",
         test_plain="def test_one():\n    pass\n",
     )
-    others = [p for p in PROPERTIES if p != "batch_invariance"]
-    pytester.makefile(
-        ".toml",
-        space=f'[hypothesis]\nmax_examples = 3\n[ops]\ninclude = ["silu"]\n'
-        f"[properties]\nexclude = {others!r}\n",
-    )
+    _batch_invariance_space(pytester, "silu", 3)
     result = pytester.runpytest_subprocess(
         "--bi-target", "cpu", "--bi-strategies=space.toml",
         "-p", "no:cacheprovider", "-n", "2", "--dist", "loadfile",
