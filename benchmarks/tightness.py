@@ -590,13 +590,13 @@ def _row(allowed, ratios, uses, tf32_caught, b16_caught, exp_caught, one_block) 
     }
 
 
-RATIO_GOAL = 16.0  # issue 20: every bound within 16x of honest reordering
+RATIO_GOAL = 16.0  # the goal: every bound within 16x of honest reordering
 
 
 def summary(results: dict[tuple[str, str, int], dict]) -> list[str]:
-    """The README's table: per op, the float32 ratio at each n, the worst 16-bit ratio, the
-    largest share of its bound an honest kernel used, and whether every ratio is within the
-    goal."""
+    """The summary table (docs/performance.md): per op, the float32 ratio at each n, the worst
+    16-bit ratio, the largest share of its bound an honest kernel used, and whether every ratio
+    is within the goal."""
     lines = [
         "| op | float32 ratio, n = 16 / 256 / 4096 (fused_moe: 1024) | worst 16-bit ratio "
         f"| max use | within {RATIO_GOAL:g}x |",

@@ -1,8 +1,8 @@
 """Time to bug: how soon `bi-props fuzz` (default profile) reports each planted bug class.
 
 Each planted library in tests/planted/ carries one bug class in its ``mm`` kernel or in the
-kernel ``KERNEL`` names (issue 21's classes: ``rms_norm``, ``fused_moe`` or ``mixed_attention``,
-run on that op alone). Here each is
+kernel ``KERNEL`` names (the batch-wide switch classes: ``rms_norm``, ``fused_moe`` or
+``mixed_attention``, run on that op alone). Here each is
 wrapped so that its kernel is about ``--slowdown`` times slower: the wrapper times each call of the
 library's own kernel and then sleeps (slowdown - 1) times that long (a sleep, not a slow path: the
 results are the library's, bit for bit). The kernels are already elementwise Python loops, slower
@@ -46,11 +46,11 @@ EXPECTED = {
     "planted_switch_leak": ("mm", "routing", "disabled"),
     "planted_crash": ("mm", "*", "enabled"),
     "planted_hang": ("mm", "*", "enabled"),
-    # issue 21's classes: a batch-wide switch (rows, arrival order, padding) in another op's kernel
+    # a batch-wide switch (rows, arrival order, padding) in another op's kernel
     "planted_reduction_switch": ("rms_norm", "batch_invariance", "enabled"),
     "planted_arrival_order": ("fused_moe", "*", "enabled"),
     "planted_padded_length": ("rms_norm", "batch_invariance", "enabled"),
-    # issue 21: mixed batches (their kernel is mixed_attention, KERNEL below)
+    # mixed batches (their kernel is mixed_attention, KERNEL below)
     "planted_query_tiling": ("mixed_attention", "batch_invariance", "enabled"),
     "planted_split_by_longest": ("mixed_attention", "batch_invariance", "enabled"),
 }

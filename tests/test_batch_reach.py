@@ -1,4 +1,4 @@
-"""Batches that reach the switch points (issue 21, first part): many sequences for sequence ops,
+"""Batches that reach the switch points: many sequences for sequence ops,
 long attention needles, totals aimed at thresholds, and the report of how far batches reached.
 
 The strategies are checked through Hypothesis' own ``find`` (the smallest case satisfying a
@@ -56,7 +56,7 @@ def test_a_threshold_is_crossed_only_between_the_needle_and_its_batch() -> None:
 
 
 def test_the_padded_length_is_a_quantity_crossed_from_the_needle_alone() -> None:
-    """A padded case (issue 21): the needle alone is laid out at its own length, the batch at the
+    """A padded case: the needle alone is laid out at its own length, the batch at the
     padded length (at least the longest sample's rows): a switch on L is crossed in between."""
     case = replace(_case(3, 20), padded=32)
     alone, batch = batch_quantities(case)

@@ -1,4 +1,4 @@
-"""Issue 20, item 7: softmax's and rms_norm's float32 bounds count their fixed roundings one by one
+"""Tight bounds: softmax's and rms_norm's float32 bounds count their fixed roundings one by one
 (and in one Azuma-Hoeffding bound with the sum's chain), and a float32 output of float32
 internals is not charged a second rounding the op already counted.
 

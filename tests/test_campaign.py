@@ -257,7 +257,7 @@ def test_ledger_keeps_one_finding_per_signature_across_runs(tmp_path: Path) -> N
 
 
 def test_a_flaky_finding_settles_the_kind_it_was_first_seen_with(tmp_path: Path) -> None:
-    """Issue 21: a cell stays live after a finding, so a flaky one (a mismatch that passed when
+    """A cell stays live after a finding, so a flaky one (a mismatch that passed when
     replayed) must account for its first-seen kind, in this run and after a resume: met again
     as a mismatch it is the same finding (skipped by later turns), not a new one to shrink."""
     space = load(_write(tmp_path / "s.toml", STRATEGIES))

@@ -865,7 +865,7 @@ def test_batch_cases_materialize_for_batchable_ops():
 @pytest.mark.parametrize("n", [256, 4096])
 @pytest.mark.parametrize("op", ["mm", "sum", "rms_norm", "softmax"])
 def test_sixteen_bit_bounds_are_finite_and_reject_zeros_and_negation(op, n, dtype):
-    """Issue 11, defect 1: from n = 256 the bf16 bound was infinite and every output passed. Now
+    """From n = 256 the bf16 bound was infinite and every output passed. Now
     it is finite, for float32 internals and for declared 16-bit ones, and an all-zero or a
     negated output fails (the correctly rounded one passes)."""
     shape = (4, n, 8) if op == "mm" else (4, n)
@@ -885,7 +885,7 @@ def test_sixteen_bit_bounds_are_finite_and_reject_zeros_and_negation(op, n, dtyp
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_sixteen_bit_intermediate_slack_is_capped_like_the_sum(dtype):
-    """Issue 20, defect 7: with 16-bit internals declared, the slack for two intermediates rounded
+    """With 16-bit internals declared, the slack for two intermediates rounded
     in the output dtype was 2 u sum |t|, uncapped: a cancelling sum of 65,536 terms was allowed
     about 200 ulps of max(|sum|, sqrt(sum t^2)) though the docs cap a 16-bit sum at 32. Now the
     intermediate slack is within 2 u |value| + 2 x the internals' error: the whole bound stays
@@ -903,7 +903,7 @@ def test_sixteen_bit_intermediate_slack_is_capped_like_the_sum(dtype):
 
 
 def test_float16_flush_slack_only_where_the_result_can_be_subnormal():
-    """Issue 20, defect 7: float16 outputs of float32 internals got an absolute slack of
+    """Float16 outputs of float32 internals got an absolute slack of
     float16's smallest normal (6.1e-5) everywhere, so softmax over 4,096 keys (probabilities
     near 2^-12) was allowed a median ~500 ulps, 846x an honest kernel's error, and a softmax
     storing its exps in float16 passed. The flush slack now applies where the result may lie
@@ -923,7 +923,7 @@ def test_float16_flush_slack_only_where_the_result_can_be_subnormal():
 
 @pytest.mark.parametrize("op", ["add_rms_norm", "fused_add_rms_norm"])
 def test_residual_norms_admit_a_kernel_normalising_the_unrounded_sum(op):
-    """Issue 20, defect 7 (found by the tightness benchmark's new rows): y was bounded as rms_norm
+    """Found by the tightness benchmark's rows: y was bounded as rms_norm
     of x + residual *rounded to bf16*, so an honest kernel normalising the float32 sum (or taking
     its variance, as vLLM's CUDA kernel does) used up to 1.9x the bound. Both forms now pass;
     the rounded-sum form still passes."""
@@ -973,7 +973,7 @@ def _attention_float32(q, k, v, scale, visible, exp_error=0.0):
 
 @pytest.mark.parametrize("op", ["attention", "paged_decode_attention", "mixed_attention"])
 def test_attention_bounds_are_near_honest_float32_and_catch_a_sloppy_exp(op):
-    """Issue 20, defect 7: the attention bounds allowed a median 662-4,200 ulps (relative to
+    """The attention bounds allowed a median 662-4,200 ulps (relative to
     sum p |v|), so an exp off by 1e-5 passed at every length. Now an honest float32 kernel
     passes, the median allowance at 256 keys is under 300 ulps, and that exp is caught
     (benchmarks/tightness.py measures the ratio against four honest orders)."""

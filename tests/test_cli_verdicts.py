@@ -1,4 +1,4 @@
-"""Output and arguments (issue 11, defect 8): bad --out and non-finite budgets are usage errors
+"""Output and arguments: bad --out and non-finite budgets are usage errors
 (exit 2, one line), a second campaign on a locked output directory is refused, a target that
 cannot start still writes report.json with a status, and --bi-strategies PATH never moves pytest's
 rootdir. The campaign itself is never reached for a refused run (Campaign.run would fail)."""
@@ -189,7 +189,7 @@ def test_the_suites_control_test_fails_a_blind_control_only_when_strict(strict: 
 def test_a_space_file_with_a_bad_number_is_a_usage_error(
     line: str, key: str, tmp_path: Path, capsys, no_campaign
 ) -> None:
-    """Issue 20 #8: every number of a space file finite and in range; one line naming the file,
+    """Every number of a space file finite and in range; one line naming the file,
     the key and the allowed range; exit 2, before any campaign starts."""
     space = tmp_path / "space.toml"
     space.write_text(f"[runner]\n{line}\n")

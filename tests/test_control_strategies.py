@@ -1,4 +1,4 @@
-"""Controls that see (issue 20 #2): a control searches only where reduction order can show,
+"""Controls that see: a control searches only where reduction order can show,
 tries its op's explicit examples first, and says "not applicable" only on the evidence of its
 whole quota; a control cut short stays "blind"."""
 

@@ -1,4 +1,4 @@
-"""Determinism across processes (issue 20 #9): one determinism example in
+"""Determinism across processes: one determinism example in
 ``CROSS_PROCESS_EVERY`` is also run in a second, freshly started worker and compared bitwise, so
 per-process state (an autotuner's pick made at the first call) is seen. End to end, real
 workers: tests/planted/planted_process_choice.py picks its tile size once per process."""

@@ -1,4 +1,4 @@
-"""No pass without evidence (issue 20 #3, the campaign part): a verdict records how many elements
+"""No pass without evidence (the campaign part): a verdict records how many elements
 it compared; an example that compared none that could depend on the property (N = 0: an empty
 output; K = 0: all zeros), or where both calls raised the same error, is *degenerate*: counted
 apart, shown in the headline, never counted as a pass."""

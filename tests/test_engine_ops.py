@@ -1,4 +1,4 @@
-"""The engine ops (issue 13): silu_and_mul, gelu_and_mul, fused_add_rms_norm, layer_norm,
+"""The engine ops silu_and_mul, gelu_and_mul, fused_add_rms_norm, layer_norm,
 embedding.
 
 Per op: the float64 reference agrees with the stock entry point within its stated bound (float32

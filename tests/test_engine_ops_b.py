@@ -1,4 +1,4 @@
-"""The inference ops added for issue 13: rotary_embedding, greedy_argmax, top_k.
+"""The inference ops rotary_embedding, greedy_argmax, top_k.
 
 Per op: the float64 reference agrees with the stock torch entry point (within the stated bound,
 or exactly) on random cases in float32 and bfloat16, and catches a planted perturbation (the

@@ -1,4 +1,4 @@
-"""paged_decode_attention (issue 13, part): KV-cache decode attention with a block table.
+"""paged_decode_attention: KV-cache decode attention with a block table.
 
 A sample is one sequence: its rows are its KV tokens, its output one row (its decode token). The
 call pages each sequence's keys and values into blocks at positions Hypothesis draws (option

@@ -1,4 +1,4 @@
-"""The fused MoE block op (issue 13): ``fused_moe``, vLLM's contract with SiLU-gated experts.
+"""The fused MoE block op ``fused_moe``, vLLM's contract with SiLU-gated experts.
 
 The float64 reference contains the stock composite and the cpu target's kernel (float32 and
 bfloat16, every value class, both renormalize modes, odd layouts) and is not vacuous (a few-ulp

@@ -1,7 +1,7 @@
-"""Batches that reach the bugs (issue 21): `bi-props fuzz` at its defaults finds a kernel whose
+"""Batches that reach the bugs: `bi-props fuzz` at its defaults finds a kernel whose
 path depends on the number of sequences in the batch (tests/planted/planted_sequence_count.py,
 switching at 10), shrunk to a batch of exactly 10 sequences, and the report shows that the cell's
-batches crossed 10 sequences. Batches of at most 8 sequences (bi_props before issue 21) could
+batches crossed 10 sequences. Batches of at most 8 sequences (bi_props' earlier strategies) could
 never show it.
 """
 

@@ -1,4 +1,4 @@
-"""Mixed batches that reach the bugs (issue 21): `bi-props fuzz` finds and shrinks two planted
+"""Mixed batches that reach the bugs: `bi-props fuzz` finds and shrinks two planted
 mixed-attention kernels whose path is keyed on batch-wide metadata:
 
 - tests/planted/planted_query_tiling.py: another (correct) reduction for every row once any
@@ -8,7 +8,7 @@ mixed-attention kernels whose path is keyed on batch-wide metadata:
   batch's longest sequence (split-KV), shrunk to a needle whose keys span more splits inside the
   batch than alone.
 
-Batches of equal query and key lengths with at most 8-token needles (bi_props before issue 21)
+Batches of equal query and key lengths with at most 8-token needles (bi_props' earlier strategies)
 could show neither through a decode or chunk needle.
 """
 

@@ -1,4 +1,4 @@
-"""Padded layouts (issue 21): `bi-props fuzz` at its defaults finds a kernel whose reduction
+"""Padded layouts: `bi-props fuzz` at its defaults finds a kernel whose reduction
 depends on the padded length of a (B, L, H) input (tests/planted/planted_padded_length.py,
 switching at L = 32), and shrinks it to a needle shorter than 32 rows against a batch padded to
 32 or more. A packed batch never reaches that path, whatever its rows: before the padded layout

@@ -130,7 +130,7 @@ def _failure(kind: str, error_type: str | None = None) -> Failure:
 
 
 def test_a_new_finding_keeps_the_cell_exploring_unless_its_kind_is_costly() -> None:
-    """Issue 21 (every distinct bug in a cell): a mismatch or an error keeps the cell live;
+    """Every distinct bug in a cell: a mismatch or an error keeps the cell live;
     a crash, a hang, bi_props' own error or a worker that does not start retire it, since
     every later example meeting them again costs a worker or a whole timeout."""
     cell = Cell("mm", "reference", "enabled")

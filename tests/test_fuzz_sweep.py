@@ -1,4 +1,4 @@
-"""The exhaustive 16-bit sweep (issue 21): `bi-props fuzz` at its defaults runs every bf16 and
+"""The exhaustive 16-bit sweep: `bi-props fuzz` at its defaults runs every bf16 and
 fp16 bit pattern through silu once per switch state, finds a kernel wrong on the single bf16
 pattern 0x4B80 (tests/planted/planted_rare_pattern.py) and shrinks the finding to that pattern
 alone; with the sweep off (``[values] exhaustive = false``) the same budget of random examples

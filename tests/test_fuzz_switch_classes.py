@@ -1,4 +1,4 @@
-"""Two planted classes of issue 21, each found and shrunk by `bi-props fuzz` at its defaults:
+"""Two planted batch-wide switch classes, each found and shrunk by `bi-props fuzz` at its defaults:
 
 - a reduction switch at 256 rows (tests/planted/planted_reduction_switch.py: rms_norm reduces in
   float64 below 256 rows, in float32 from 256 on; vLLM's own test compares 255 against 300 rows):

@@ -1,4 +1,4 @@
-"""Every distinct bug in a cell (issue 21): `bi-props fuzz` on a library whose mm has two bugs of
+"""Every distinct bug in a cell: `bi-props fuzz` on a library whose mm has two bugs of
 different kinds in one cell (tests/planted/planted_two_bugs.py: wrong values for K == 3, a
 ValueError for more than 50 rows) reports both in `mm reference [enabled]`, each shrunk. Before,
 a cell retired at its first finding and the second bug stayed hidden behind it.

@@ -1,4 +1,4 @@
-"""mixed_attention (issue 21): a batch of prefills, prefill chunks over a cached prefix and decode
+"""mixed_attention: a batch of prefills, prefill chunks over a cached prefix and decode
 tokens, as ``flash_attn_varlen_func`` takes it (cu_seqlens_q, cu_seqlens_k, the causal mask
 aligned to the end). The strategy reaches every kind next to every other and shrinks to the
 smallest case; the float64 reference equals a direct loop; the bound holds for the stock

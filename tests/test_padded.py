@@ -1,4 +1,4 @@
-"""Padded layouts (issue 21): a batch of (B, L, ...) inputs, every sample padded to one length
+"""Padded layouts: a batch of (B, L, ...) inputs, every sample padded to one length
 with poison. Materialisation (real rows are the packed values, padding is poison, layouts still
 apply), the judgement (only real rows compared; a kernel that reads padding or depends on the
 padded length fails; stock ops pass), the strategy (which ops, bounded cost, shrinks to packed)

@@ -1,4 +1,4 @@
-"""Parity over every dtype the stock op accepts (issue 20, item 10).
+"""Parity over every dtype the stock op accepts.
 
 Every space drew float32, bfloat16 and float16 only, so a batch-invariant kernel that handles
 fewer dtypes than the stock op it replaces (a config table with three entries) broke the contract

@@ -391,7 +391,7 @@ PLANTED_BUGS = [
         frozenset({("routing", "disabled", "mismatch")}),
         _switch_leak,
     ),
-    Planted(  # enable() installs nothing: no kernel event, a routing failure (issue 11, 2)
+    Planted(  # enable() installs nothing: no kernel event, a routing failure
         "planted_noop_enable",
         frozenset({"test_property[mm-routing-enabled]"}),
         frozenset({("routing", "enabled", "mismatch")}),

@@ -1,4 +1,4 @@
-"""The probe model's ``mixed`` layout (issue 21): one engine step in which the needle decodes its
+"""The probe model's ``mixed`` layout: one engine step in which the needle decodes its
 last token over its KV cache while its companions prefill, attention through ``mixed_attention``.
 
 Only such a step reaches the bugs keyed on a mixed batch (a decode row beside a long prefill):

@@ -1,4 +1,4 @@
-"""The engine's promise is judged, and unclaimed ops are observed (issue 11, defect 9).
+"""The engine's promise is judged, and unclaimed ops are observed.
 
 ``VLLM_BATCH_INVARIANT=1`` promises batch-invariant inference, not a list of swapped ops: for a
 target whose switch promises it (``Hello.promises_inference``), the model-level properties are
@@ -110,7 +110,7 @@ def test_unclaimed_ops_record_batch_variance_with_the_switch_on(monkeypatch):
 
 
 def test_a_promise_target_fails_on_an_unswapped_batch_variant_op(monkeypatch):
-    """Issue 20 #6: under a switch that promises batch-invariant inference (vllm, vllm-engine,
+    """Under a switch that promises batch-invariant inference (vllm, vllm-engine,
     ascend, verl), an op the target does not swap that is batch-variant with the switch on is a
     finding of kind ``promise`` naming the op (before: only observed, exit 0)."""
     from bi_props.reporting.data import exit_status
@@ -134,7 +134,7 @@ def test_a_promise_target_fails_on_an_unswapped_batch_variant_op(monkeypatch):
 
 
 def test_routing_not_observable_for_every_op_is_no_verdict_exit_3(monkeypatch):
-    """Issue 20 #6: routing "not observable" for every op never reached the exit status."""
+    """Routing "not observable" for every op reaches the exit status (it once did not)."""
     from bi_props.reporting.data import exit_status, no_routing_verdict
 
     why = "routing not observable: no ROUTES, no KERNEL_PREFIX"
@@ -252,7 +252,7 @@ def test_reports_show_unclaimed_ops_and_unobservable_routing(tmp_path: Path):
 
 
 def test_the_pytest_plugin_exits_3_by_the_same_rules(monkeypatch):
-    """Issue 20 #5/#6 in the plugin: an internal error (here: in a negative control) or routing
+    """In the plugin: an internal error (here: in a negative control) or routing
     not observable for any op makes the pytest session exit 3, like ``bi-props fuzz``."""
     from types import SimpleNamespace
 

@@ -1,4 +1,4 @@
-"""Routing needs positive evidence (issue 11, defect 2).
+"""Routing needs positive evidence.
 
 Enabled: a covered op must show one of the target's own events (its ROUTES, else any event with its
 KERNEL_PREFIX) or a passing identity check; no evidence is a routing failure saying what was looked
@@ -218,7 +218,7 @@ def test_a_stock_explicit_composite_counts_as_not_the_modules(monkeypatch: pytes
 def test_order_sensitive_ops_off_the_path_need_the_modules_kernel(
     monkeypatch: pytest.MonkeyPatch,
 ):
-    """Issue 20 item 4: evidence came only from the aten ops listed for the op's family, so a
+    """Evidence once came only from the aten ops listed for the op's family, so a
     module claiming rms_norm whose call reached a stock reduction off that list (aten::sum), or
     one claiming attention whose sdpa call ran stock _safe_softmax or the fused CPU flash kernel,
     passed on its one overridden op. Every order-sensitive op the call dispatched is checked;
@@ -259,7 +259,7 @@ def test_order_sensitive_ops_off_the_path_need_the_modules_kernel(
 
 @pytest.mark.slow
 def test_routing_is_judged_on_the_aten_ops_this_call_dispatched():
-    """Issue 20 item 4: a module claiming linear that overrides only aten::mm passed routing on
+    """A module claiming linear that overrides only aten::mm passed routing on
     aten::mm alone; F.linear with a bias dispatches stock aten::addmm, a routing failure naming
     it. Without a bias the call reaches the module's aten::mm and passes; disabled, no leak."""
     with running("planted_linear_mm_only") as runner:

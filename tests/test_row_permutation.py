@@ -1,4 +1,4 @@
-"""Row permutation (issue 21): the batch's rows (sequence ops: its sequences) in a derangement,
+"""Row permutation: the batch's rows (sequence ops: its sequences) in a derangement,
 the output un-permuted, bitwise equal to the batch in its drawn order. The derangement itself,
 the un-permute for packed sequences, the verdicts (an invariant op passes, a row-order-dependent
 one fails, one row is degenerate) and the positive control: skipping the un-permute is caught."""

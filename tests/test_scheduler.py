@@ -229,7 +229,7 @@ def test_targets_of_one_campaign_take_first_turns_in_alternation() -> None:
 
 
 def test_controls_that_saw_variance_leave_their_share_to_the_blind_ones() -> None:
-    """Issue 20 #1: each control gets turns until it has seen variance or spent its quota,
+    """Each control gets turns until it has seen variance or spent its quota,
     within the control share; a control that saw variance early (shrinking) takes no turn while
     another is still searching, so the blind ones get what it did not use."""
     schedule = Scheduler(100.0, control_share=0.1)
@@ -274,7 +274,7 @@ def test_a_shrinking_control_waits_while_another_searches() -> None:
 
 
 def test_a_control_whose_first_turn_paid_a_warm_up_gets_its_next_turn() -> None:
-    """Issue 20 #1: README command 1 left the mm control with 2 examples: its first turn paid
+    """README command 1 once left the mm control with 2 examples: its first turn paid
     mm's warm-up in the worker, and least-time-first never picked it again within the share."""
     schedule = Scheduler(60.0)
     _cells(schedule, 4, 4, 4)

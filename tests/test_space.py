@@ -179,7 +179,7 @@ BAD = {
         "allowed: [1,",
     ),
     "zero_companions": ("[batch]\nmax_companions = 0\n", "batch.max_companions", "allowed: [1,"),
-    # Every number finite and in range (issue 20 #8): TOML reads nan and inf as floats.
+    # Every number finite and in range: TOML reads nan and inf as floats.
     "nan_example_timeout": (
         "[runner]\nexample_timeout_s = nan\n",
         "runner.example_timeout_s",

@@ -74,13 +74,13 @@ def check_shape(case: Case, space: Space, prop: str) -> None:
         return
     if op == "attention":
         length, heads, kv_heads, head_dim = shape
-        assert _within(length, space.attention_length)  # long needles too (issue 21)
+        assert _within(length, space.attention_length)  # long needles too
         assert kv_heads in (1, 2) and heads % kv_heads == 0 and heads // kv_heads in (1, 2, 4)
         assert head_dim in space.head_dims
         return
     if op == "mixed_attention":
         keys, queries, heads, kv_heads, head_dim = shape
-        assert _within(keys, space.attention_length)  # long needles too (issue 21)
+        assert _within(keys, space.attention_length)  # long needles too
         assert 1 <= queries <= keys or queries == keys == 0, case
         assert kv_heads in (1, 2) and heads % kv_heads == 0 and heads // kv_heads in (1, 2, 4)
         assert head_dim in space.head_dims

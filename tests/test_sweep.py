@@ -1,4 +1,4 @@
-"""The exhaustive 16-bit sweep (issue 21): its cases hold every bit pattern exactly, the stock
+"""The exhaustive 16-bit sweep: its cases hold every bit pattern exactly, the stock
 elementwise ops pass it, a kernel wrong on one rare bf16 pattern fails it and is halved to that
 single pattern (a normal case), while random examples of the same op miss it; the report shows
 each sweep."""

@@ -1,4 +1,4 @@
-"""Every failure is a finding (issue 11, defects 3, 4, 5): a failure that does not replay is a
+"""Every failure is a finding: a failure that does not replay is a
 ``flaky`` finding, an error of bi_props is an ``internal`` one (exit 3), a known failure (by full
 signature) does not stop the cell's search, and a fresh process confirms only the same property
 and kind. A real Session whose judge is replaced (no workers): what is checked is how failures
@@ -232,7 +232,7 @@ def test_a_cell_with_only_a_known_failure_stays_live() -> None:
 
 
 def test_a_cell_with_two_bugs_of_different_kinds_reports_both_each_shrunk() -> None:
-    """Issue 21, like Hypothesis' report_multiple_bugs: after the cell's first finding its later
+    """Like Hypothesis' report_multiple_bugs: after the cell's first finding its later
     turns skip that signature and keep exploring, so a second, different bug of the same cell
     (here: wrong values for K == 3, an exception for M > 50) is found and shrunk too. Before,
     the first finding retired the cell and the second stayed hidden."""
@@ -391,7 +391,7 @@ def test_a_kernel_right_only_when_replayed_is_a_flaky_finding(monkeypatch) -> No
 
 
 def test_an_internal_error_inside_a_control_is_the_runs_internal_error_and_exit_3() -> None:
-    """Issue 20 #5: ``Session.control`` swallowed every exception: an InternalError raised by
+    """``Session.control`` once swallowed every exception: an InternalError raised by
     every observation left the control "searching ... 12 of 200", no internal error, exit 0."""
     from bi_props.campaigns.campaign import Ledger
 
@@ -430,7 +430,7 @@ def test_a_judges_bug_inside_a_control_is_an_internal_error_not_no_variance(monk
 
 
 def test_one_failure_class_is_shrunk_and_confirmed_once_across_properties() -> None:
-    """Issue 20 #6 (findings do not starve the campaign): the same exception from one op in
+    """Findings do not starve the campaign: the same exception from one op in
     several properties (a half-installed kernel raising TypeError) is one failure class: the
     first cell shrinks it and confirms it in a fresh process; the others record it at once as
     the same failure, without a shrink or a second fresh worker."""
@@ -472,7 +472,7 @@ def test_one_failure_class_is_shrunk_and_confirmed_once_across_properties() -> N
 
 
 def test_a_control_asked_not_to_shrink_ends_its_turn_at_the_first_variance(monkeypatch) -> None:
-    """Issue 20 #1: while other controls are still searching, a control that sees variance
+    """While other controls are still searching, a control that sees variance
     stops there (the case saved in the example database, shrunk in a later turn), leaving the
     rest of its turn to the blind ones."""
     from dataclasses import replace

@@ -613,7 +613,7 @@ def test_switch_not_propagated_is_reported(monkeypatch):
 
 
 # ---------------------------------------------------------------------------------------------
-# Coverage from the version table (issue 11, defect 7)
+# Coverage from the version table
 
 
 @pytest.mark.parametrize(

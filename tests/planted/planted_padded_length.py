@@ -4,7 +4,7 @@ The shape of kernels that pick a reduction strategy from the padded sequence len
 ``(B, L, H)`` input (a CUDA-graph bucket, an HF batch padded to its longest sequence): an rms_norm
 that sums each row's squares in float64 (batch-invariant, and accurate) while L < THRESHOLD, and
 in float32 from THRESHOLD on. Both are honest (the reference passes), and a packed ``(rows, H)``
-input never takes the second path, whatever the batch's rows: only the padded layout (issue 21)
+input never takes the second path, whatever the batch's rows: only the padded layout
 shows it. Expected finding: rms_norm batch_invariance [enabled], the needle alone at its own
 length (< THRESHOLD) against the batch padded to THRESHOLD or more.
 """

@@ -6,7 +6,7 @@ sequence on its own (batch-invariant) while the batch holds fewer than THRESHOLD
 switches to a float32 path from THRESHOLD on. A sequence alone and the same sequence among nine
 others then differ in their last bits. Expected finding: attention batch_invariance [enabled], the
 minimal batch holding exactly THRESHOLD sequences. bi_props' batches held at most 8 sequences
-before they aimed their number at thresholds (issue 21): this library was out of reach.
+before they aimed their number at thresholds: this library was out of reach.
 """
 
 from __future__ import annotations

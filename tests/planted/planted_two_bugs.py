@@ -1,4 +1,4 @@
-"""Planted library, two bug classes in ONE cell (issue 21: every distinct bug in a cell).
+"""Planted library, two bug classes in ONE cell (every distinct bug in a cell is found).
 
 mm reference [enabled] holds two different bugs: for K == 3 the kernel drops the last term of
 the sum over K (wrong values: a ``mismatch``), and for more than LIMIT rows it raises

@@ -118,8 +118,8 @@ class ModuleTarget(Target):
         if not has_enable and not tm_style:
             raise TargetBroken(
                 f"target {self._spec!r} has neither enable(enabled) nor "
-                f"enable_batch_invariant_mode()/set_batch_invariant_mode(); see the README's "
-                f"'Third-party targets'"
+                f"enable_batch_invariant_mode()/set_batch_invariant_mode(); see "
+                f"'Third-party targets' in docs/targets.md"
             )
         if has_enable and not hasattr(obj, "OPS"):
             raise TargetBroken(f"target {self._spec!r} has enable() but no OPS list")
