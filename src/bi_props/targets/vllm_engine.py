@@ -207,8 +207,11 @@ class VllmEngineTarget(Target):
             self._dir = write_tiny_model(model_dir(), vocab=ENGINE_VOCAB)
             self._spec = read_spec(self._dir) or {}
         except Exception as exc:
+            from .vllm_install import hint_for
+
             raise TargetBroken(
                 f"target 'vllm-engine': writing the tiny model to {model_dir()} failed: {exc!r}"
+                + hint_for(exc)
             ) from None
         self._timings["engine_model_write_s"] = time.perf_counter() - start
         start = time.perf_counter()
@@ -217,9 +220,11 @@ class VllmEngineTarget(Target):
 
             _ENGINE = LLM(model=str(self._dir), **ENGINE_KWARGS)
         except Exception as exc:
+            from .vllm_install import hint_for
+
             raise TargetBroken(
                 f"target 'vllm-engine': building vllm.LLM failed with {state}: "
-                f"{type(exc).__name__}: {exc}"
+                f"{type(exc).__name__}: {exc}" + hint_for(exc)
             ) from None
         self._timings["engine_start_s"] = time.perf_counter() - start
         start = time.perf_counter()
