@@ -88,34 +88,189 @@ def observe_reference(case: Case, target: Target) -> dict[str, Any]:
 
 
 def observe_batch_invariance(
-    case: Case, target: Target, profile_ops: bool = False
+    case: Case, target: Target, profile_ops: bool = False, windows: bool = True
 ) -> dict[str, Any]:
     """The needle alone, and the needle's rows cut out of the batched result. In a padded case
     the needle alone is laid out at its own length and the batch at the padded length: the
-    needle's rows must not depend on how far the batch is padded."""
+    needle's rows must not depend on how far the batch is padded.
+
+    ``windows``: also run the batch's nested windows (``model.windows``) and compare every row
+    of each with the same row of the whole batch, bitwise, in this worker; the first window that
+    differs is sent whole (calls ``window`` and ``window_in_batch``) for the judge, and
+    ``evidence["rows"]`` counts the rows judged (the needle's and the windows')."""
     info = OPS[case.op]
     if not info.batchable(case) or case.batch is None:
         raise ValueError(f"batch invariance is not defined for {case!r}")
     alone_samples, batch = needle(case), batch_samples(case)
     single = alone_case(case)
     _, alone = _invoke(single, operands(single, alone_samples, target.device), [case.shape[0]])
-    batch_args = operands(case, batch, target.device)
+    logical = operands(case, batch, target.device, layouts=False)
+    batch_args = _laid_out(case, logical)
+    lengths = [rows for _, rows in batch]
     evidence: dict[str, Any] = {}
     if profile_ops:  # which ops the composition used, for the report of a logprobs finding
         import torch
 
         with torch.autograd.profiler.profile(use_kineto=False) as prof:
-            result, together = _invoke(case, batch_args, [rows for _, rows in batch])
+            result, together = _invoke(case, batch_args, lengths)
         evidence["ops_used"] = sorted({e.name for e in prof.function_events})
     else:
-        result, together = _invoke(case, batch_args, [rows for _, rows in batch])
+        result, together = _invoke(case, batch_args, lengths)
+    calls = {"alone": alone, "in_batch": together}
     if result is not None:
         offset, rows = info.needle_output(case)  # the needle's output rows (OpSpec.output_rows)
         sliced = []
         for t, axis in zip(result, info.output_batch_axes, strict=False):
             sliced.append(_tensor_bits(t[row_slice(offset, rows, axis, t.dim())]))
-        together = Call(outputs=tuple(sliced))
-    return {"calls": {"alone": alone, "in_batch": together}, "evidence": evidence}
+        calls["in_batch"] = Call(outputs=tuple(sliced))
+        evidence["rows"] = rows
+        if windows and not alone.raised:
+            evidence["rows"] += _judge_windows(case, target, logical, result, calls, evidence)
+    return {"calls": calls, "evidence": evidence}
+
+
+def _laid_out(case: Case, logical: list[Any]) -> list[Any]:
+    """The case's layouts applied to logical (contiguous) operands."""
+    return [
+        apply_layout(t, case.layouts[i] if i < len(case.layouts) else "contiguous")
+        for i, t in enumerate(logical)
+    ]
+
+
+@dataclass(frozen=True)
+class _Window:
+    """One window of a batch: how to call it, and which of its output rows are which of the
+    whole batch's (``pairs``: (offset in the window's output, offset in the batch's, rows))."""
+
+    label: str
+    case: Case
+    samples: list[tuple[int, int]]
+    args: list[Any] | None  # row windows: the batch's own rows, cut (None: materialise samples)
+    pairs: list[tuple[int, int, int]]
+
+    @property
+    def rows(self) -> int:
+        return sum(rows for _, _, rows in self.pairs)
+
+
+def batch_windows(case: Case, logical: list[Any] | None = None) -> list[_Window]:
+    """The nested windows of a case's batch (``model.windows``): rows cut from the batch's
+    logical operands (``logical``; row ops), or whole samples (sequence ops, padded batches)."""
+    from ..model.windows import describe, row_windows, sample_windows
+
+    info = OPS[case.op]
+    assert case.batch is not None
+    samples = batch_samples(case)
+    out: list[_Window] = []
+    if not permutes_samples(case):
+        total = sum(rows for _, rows in samples)
+        specs = info.operands(case)
+        for size in row_windows(total):
+            cut, left = [], size
+            for seed, rows in samples:
+                if left <= 0:
+                    break
+                cut.append((seed, min(rows, left)))
+                left -= rows
+            args = None
+            if logical is not None:
+                args = [
+                    t if spec.batch_axis is None else t.narrow(spec.batch_axis, 0, size)
+                    for spec, t in zip(specs, logical, strict=True)
+                ]
+            label = describe("rows", size, total)
+            out.append(_Window(label, case, cut, args, [(0, 0, size)]))
+        return out
+    companions = case.batch.companions
+    owned = _owned_rows(case)
+    starts = [sum(owned[:i]) for i in range(len(owned))]
+    position = case.batch.position
+    for keep in sample_windows(len(companions)):
+        where = min(position, keep)
+        window = case.with_batch(Batch(where, companions[:keep]))
+        # The window's samples in its order, as indices of the batch's samples: companion i
+        # sits at i below the needle's position and at i + 1 from it on; the needle at position.
+        index = [i if i < position else i + 1 for i in range(keep)]
+        index.insert(where, position)
+        pairs, at = [], 0
+        for u in index:
+            pairs.append((at, starts[u], owned[u]))
+            at += owned[u]
+        label = describe("samples", keep, len(companions))
+        out.append(_Window(label, window, batch_samples(window), None, pairs))
+    return out
+
+
+def _gather(t: Any, axis: int, spans: list[tuple[int, int]]) -> Any:
+    """The rows ``spans`` [(offset, rows), ...] of ``t`` along ``axis``, concatenated."""
+    import torch
+
+    return torch.cat([t.narrow(axis, offset, rows) for offset, rows in spans], dim=axis)
+
+
+def _window_calls(
+    case: Case, target: Target, window: _Window, result: tuple[Any, ...]
+) -> tuple[Call, Call, int]:
+    """(the window's rows in the window, the same rows in the batch, elements) for one window."""
+    info = OPS[case.op]
+    if window.args is not None:
+        args = _laid_out(case, window.args)
+    else:
+        args = operands(window.case, window.samples, target.device)
+    outs, call = _invoke(window.case, args, [rows for _, rows in window.samples])
+    axes = info.output_batch_axes
+    inside = Call(
+        outputs=tuple(
+            _tensor_bits(_gather(t, axis, [(b, r) for _, b, r in window.pairs]))
+            for t, axis in zip(result, axes, strict=False)
+        )
+    )
+    if outs is None:
+        return call, inside, 0
+    mine = tuple(
+        _gather(t, axis, [(w, r) for w, _, r in window.pairs])
+        for t, axis in zip(outs, axes, strict=False)
+    )
+    elements = sum(int(t.numel()) for t in mine)
+    return Call(outputs=tuple(_tensor_bits(t) for t in mine)), inside, elements
+
+
+def _same_bits(a: Call, b: Call) -> bool:
+    if a.raised or b.raised:
+        return a.error_type == b.error_type
+    assert a.outputs is not None and b.outputs is not None
+    return len(a.outputs) == len(b.outputs) and all(
+        (x.dtype, x.shape) == (y.dtype, y.shape)
+        and x.bits is not None
+        and y.bits is not None
+        and np.array_equal(x.bits, y.bits)
+        for x, y in zip(a.outputs, b.outputs, strict=True)
+    )
+
+
+def _judge_windows(
+    case: Case,
+    target: Target,
+    logical: list[Any],
+    result: tuple[Any, ...],
+    calls: dict[str, Call],
+    evidence: dict[str, Any],
+) -> int:
+    """Run the windows; return the rows they judged. The first window whose rows differ from
+    the batch's goes to ``calls`` (``window``, ``window_in_batch``) and ``evidence["window"]``
+    (its label); the windows after it are not run."""
+    judged = 0
+    evidence["windows"] = 0
+    for window in batch_windows(case, logical):
+        mine, inside, elements = _window_calls(case, target, window, result)
+        evidence["windows"] += 1
+        if not _same_bits(mine, inside):
+            calls["window"], calls["window_in_batch"] = mine, inside
+            evidence["window"] = window.label
+            return judged + window.rows
+        judged += window.rows
+        evidence["window_elements"] = evidence.get("window_elements", 0) + elements
+    return judged
 
 
 def permutes_samples(case: Case) -> bool:
@@ -244,7 +399,7 @@ def observe_logprobs(case: Case, target: Target) -> dict[str, Any]:
     """The probe model's per-token logprobs: the needle alone and inside the batch. Only when they
     differ is the batch run again under the profiler, to name the ops the model used: passing
     examples (the hot path) never pay for a profiler window."""
-    observed = observe_batch_invariance(case, target)
+    observed = observe_batch_invariance(case, target, windows=False)  # a model call is costly
     alone, together = observed["calls"]["alone"], observed["calls"]["in_batch"]
     same = (
         alone.outputs is not None
@@ -256,7 +411,7 @@ def observe_logprobs(case: Case, target: Target) -> dict[str, Any]:
     )
     if same or alone.raised or together.raised:
         return observed
-    return observe_batch_invariance(case, target, profile_ops=True)
+    return observe_batch_invariance(case, target, profile_ops=True, windows=False)
 
 
 def observe_decode(case: Case, target: Target) -> dict[str, Any]:

@@ -9,7 +9,7 @@ the reference comparison is bitwise where the catalogue says exactness is sound,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from . import promise as switches
 from .compare import compare_bits, compare_to_reference, ulp_summary
@@ -32,6 +32,9 @@ class Verdict:
     # ``ok`` (it is no failure) but the session counts it apart as degenerate, never as a pass.
     compared: int | None = None
     degenerate: str = ""
+    # Rows (samples' output rows along the batch axis) a batch-comparing judge compared: the
+    # needle's and those of the batch's windows (``model.windows``); None where not counted.
+    rows: int | None = None
 
 
 PASS = Verdict(True)
@@ -92,12 +95,31 @@ def same_outputs(a: Call, b: Call, what: str) -> Verdict:
 
 
 def batch_invariance(obs: Observation) -> Verdict:
-    """The needle's rows alone are bitwise equal to the same rows inside the batch."""
-    return same_outputs(
+    """The needle's rows alone are bitwise equal to the same rows inside the batch, and every
+    row of each nested window of the batch (``model.windows``, compared in the worker) to the
+    same row of the whole batch: the first window that differed is judged here."""
+    verdict = same_outputs(
         obs.calls["in_batch"],
         obs.calls["alone"],
         "needle rows inside the batch (actual) vs alone (desired)",
     )
+    rows = obs.evidence.get("rows")
+    if not verdict.ok or "window" not in obs.calls:
+        extra = int(obs.evidence.get("window_elements", 0))
+        if verdict.ok and extra:  # the windows compared elements the needle's comparison did not
+            return replace(
+                verdict, compared=(verdict.compared or 0) + extra, degenerate="", rows=rows
+            )
+        return replace(verdict, rows=rows)
+    window = same_outputs(
+        obs.calls["window_in_batch"],
+        obs.calls["window"],
+        f"rows inside the whole batch (actual) vs inside {obs.evidence.get('window', 'a window')}"
+        " of it (desired)",
+    )
+    if window.ok:  # the worker saw them differ: only the same error both ways can agree here
+        return replace(verdict, rows=rows)
+    return replace(window, rows=rows)
 
 
 def row_permutation(obs: Observation) -> Verdict:
