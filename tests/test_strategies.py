@@ -395,4 +395,5 @@ def test_shrinks_batch_rows():
     )
     assert sum(x.rows for x in case.batch.companions) == 20
     assert len(case.batch.companions) <= 5
-    assert case.shape == (CPU.rows.min, 0, 0, 0) and case.batch.position == 0
+    # a property comparing a batch's values draws no zero extents: its shrink stops at 1
+    assert case.shape == (CPU.rows.min, 1, 1, 1) and case.batch.position == 0

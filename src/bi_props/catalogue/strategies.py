@@ -149,7 +149,26 @@ class ShapeContext:
         return choice(tuple(self.spec.option_choices[name]))
 
 
+def _lift(extent: Extent, low: int) -> Extent:
+    return Extent(max(extent.min, low), max(extent.max, low))
+
+
+def value_space(space: Space) -> Space:
+    """The space of a property that compares a batch's values (``PropertySpec.batched``): no
+    zero extents (an empty output compares nothing: a degenerate example, never evidence); the
+    space's upper limits stay."""
+    if space.dim.min >= 1 and all(e.min >= 1 for e in space.op_dim.values()):
+        return space
+    return replace(
+        space,
+        dim=_lift(space.dim, 1),
+        op_dim={op: _lift(extent, 1) for op, extent in space.op_dim.items()},
+    )
+
+
 def shape_context(space: Space, op: OpSpec, prop: str) -> ShapeContext:
+    if get_property(prop).batched:
+        space = value_space(space)
     dim = space.dim_for(op.name)
     b = space.boundaries
     rows = extents(space.rows, b)
@@ -287,6 +306,13 @@ def _padded(draw: st.DrawFn, space: Space, case: Case) -> int:
     return longest
 
 
+EXACT_SHARE = 16
+"""Properties that compare a batch's values (``PropertySpec.batched``) draw order-exact values
+(the ``exact`` class: every partial sum exact, so no summation order can show) in one example
+in this many: such an example still checks which rows a kernel reads, but it is counted apart
+as order-blind, never as evidence of invariance."""
+_EXACT_FLAG = (False,) * (EXACT_SHARE - 1) + (True,)
+
 _EXTRA_DTYPE = (False,) * (PARITY_EXTRA_EVERY - 1) + (True,)
 """sampled_from draws an index about uniformly (integers() favours small values) and shrinks
 toward False."""
@@ -315,6 +341,11 @@ def cases(
         dtype = draw(choice(tuple(space.parity_dtypes)))
     layouts = tuple(draw(choice(tuple(space.layouts))) for _ in range(n_operands))
     allowed = [v for v in spec.values if v in space.values] or ["general"]
+    if spec.batched and len(allowed) > 1 and "exact" in allowed:
+        # Order-exact values cannot show a reduction order: a small, stated share only
+        # (``EXACT_SHARE``), counted apart as order-blind. The flag shrinks toward "not exact".
+        exact = draw(choice(_EXACT_FLAG))
+        allowed = ["exact"] if exact else [v for v in allowed if v != "exact"]
     values = draw(choice(tuple(allowed)))
     seed = draw(SEEDS)
     case = Case(op, entry, dtype, shape, layouts, values, seed, options)
@@ -327,6 +358,70 @@ def cases(
     if space.padded and info.padded is not None and shape and info.padded(case):
         case = case.with_padded(_padded(draw, space, case))
     return case
+
+
+KNOWN_SHARE = 3
+"""One draw in this many of a cell given known batch-variant cases (``cases_near_known``) is a
+neighbour of one of them: its structure (shape, layouts, options, companions' rows) kept, its
+data, the needle's place and its dtype drawn anew."""
+_KNOWN_FLAG = (False,) * (KNOWN_SHARE - 1) + (True,)
+_OTHER_FLAG = (False, False, False, True)
+"""A neighbour keeps its base's dtype and value class three times in four."""
+
+
+@lru_cache(maxsize=256)
+def _shift() -> st.SearchStrategy[int]:
+    return st.integers(0, 2**32 - 1)
+
+
+@st.composite
+def near(draw: st.DrawFn, base: Case, space: Space) -> Case:
+    """A neighbour of ``base``: the same op, entry, shape, layouts, options and companions'
+    rows; other data (every sample's seed moved by one drawn shift), the needle at another
+    place, and another dtype or order-sensitive value class. Every draw shrinks toward
+    ``base`` itself (shift 0, the same place, its own dtype and values)."""
+    shift = draw(_shift())
+    dtype, values = base.dtype, base.values
+    others = tuple(d for d in space.dtypes if d != base.dtype)
+    if others and draw(choice(_OTHER_FLAG)):  # mostly its own dtype: where the variance was seen
+        dtype = draw(choice(others))
+    kinds = tuple(v for v in ORDER_SENSITIVE if v != base.values and v in space.values)
+    if kinds and draw(choice(_OTHER_FLAG)):
+        values = draw(choice(kinds))
+    batch = base.batch
+    if batch is not None and draw(st.booleans()):  # half of the time, the needle elsewhere
+        slots = len(batch.companions) + 1
+        position = (batch.position + draw(integers(1, max(slots - 1, 1)))) % slots
+        batch = Batch(position, batch.companions)
+    if batch is not None:
+        position = batch.position
+        companions = tuple(replace(c, seed=(c.seed + shift) % 2**32) for c in batch.companions)
+        batch = Batch(position, companions)
+    return replace(
+        base,
+        dtype=dtype,
+        values=values,
+        seed=(base.seed + shift) % 2**32,
+        batch=batch,
+        options=dict(base.options),
+    )
+
+
+@st.composite
+def cases_near_known(
+    draw: st.DrawFn,
+    space: Space,
+    op: str,
+    prop: str,
+    entries: tuple[str, ...] | None,
+    known: tuple[Case, ...],
+) -> Case:
+    """``cases``, and in one draw of ``KNOWN_SHARE`` a neighbour (``near``) of a known
+    batch-variant case (smallest first: the choice shrinks toward it). The flag shrinks toward
+    the plain draw, so a failure that needs no known structure shrinks out of it."""
+    if known and draw(choice(_KNOWN_FLAG)):
+        return draw(near(draw(choice(known)), space))
+    return draw(cases(space, op, prop, entries))
 
 
 ORDER_SENSITIVE = ("general", "wide")
@@ -366,8 +461,10 @@ __all__ = [
     "ShapeContext",
     "boundary_values",
     "cases",
+    "cases_near_known",
     "control_cases",
     "control_space",
     "extents",
+    "near",
     "out_dtype",
 ]
