@@ -19,6 +19,7 @@ from bi_props.reporting.data import blind_controls, control_seen_cell, inapplica
 
 
 def _space(**runner):
+    runner.setdefault("power_examples", 0)  # the search alone (the probe: test_power.py)
     return parse({"ops": {"include": ["mm", "sum"]}, "runner": runner}, "test", "test")
 
 
@@ -70,12 +71,17 @@ def test_the_ops_explicit_example_is_tried_first_and_needs_no_shrink(monkeypatch
     _judged_by(monkeypatch, False)
     session, seen = _session([Verdict(False, "varies")])
     control = session.control("mm", "batch_invariance", seed=1)
-    assert control.variance_seen and control.explicit == 1 and control.examples == 1, control
+    # each explicit example in each dtype of the space (float32 first), nothing drawn
+    assert control.variance_seen and control.explicit == 3 and control.examples == 3, control
     assert control.shrink.startswith("not needed: an explicit control example"), control
-    (case,) = seen
+    assert [c.dtype for c in seen] == ["float32", "bfloat16", "float16"]
     example = OPS["mm"].control_examples[0]
-    assert case.shape == example.shape and case.values == "general" and case.dtype == "float32"
-    assert [c.rows for c in case.batch.companions] == list(example.companions)
+    for case in seen:
+        assert case.shape == example.shape and case.values == "general"
+        assert [c.rows for c in case.batch.companions] == list(example.companions)
+    assert control.case == repr(seen[0])  # the float32 one: the smallest, and the first
+    # every one of them is a known batch-variant case for the enabled cells
+    assert control.variant_cases == 3 and len(session.variants["mm"]) == 3
 
 
 def test_a_control_that_spent_its_quota_is_not_applicable_not_blind(monkeypatch):
@@ -84,6 +90,7 @@ def test_a_control_that_spent_its_quota_is_not_applicable_not_blind(monkeypatch)
     control = session.control("sum", "batch_invariance", seed=1)
     assert control.state == "done" and control.applicable is False, control
     assert control.examples == 12 == len(seen), (control, len(seen))
+    assert control.explicit == 3  # sum's one explicit example in each of the three dtypes
     assert control.message.startswith("stock kernel invariant here: control not applicable")
     report = {"controls": [vars(control)]}
     assert blind_controls(report) == [] and inapplicable_controls(report) == [vars(control)]

@@ -120,7 +120,9 @@ def _batch_invariance_space(pytester: pytest.Pytester, op: str, examples: int) -
     pytester.makefile(
         ".toml",
         space=f'[hypothesis]\nmax_examples = {examples}\n[ops]\ninclude = ["{op}"]\n'
-        f"[properties]\nexclude = {others!r}\n",
+        f"[properties]\nexclude = {others!r}\n"
+        # a few examples on purpose: the floor of evidence is one judged example
+        "[runner]\nmin_judged = 1\n",
     )
 
 

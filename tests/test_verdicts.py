@@ -40,6 +40,7 @@ def session_judged_by(judge) -> Session:
     session.judge = lambda op, prop, switch, case, fresh=False, patience=1.0: judge(case, fresh)
     session.strategy = lambda op, prop: st.builds(mm_case, st.integers(1, 64), st.integers(0, 64))
     session.covered = lambda op: True
+    session.explicit_examples = False  # the slice's own draws only (explicit: test_explicit.py)
     return session
 
 
@@ -482,6 +483,7 @@ def test_a_control_asked_not_to_shrink_ends_its_turn_at_the_first_variance(monke
     from bi_props.model import property_spec
 
     session = session_judged_by(lambda case, fresh: Verdict(True))
+    session.space = replace(session.space, power_examples=0)  # the search alone, no probe
     judged: list[Case] = []
     session.runner.observe = lambda prop, case, switch: case
     spec = property_spec.get("batch_invariance")

@@ -142,6 +142,13 @@ class BiPropsState:
             # A known failure (by full signature) is recorded once and skipped: the cell keeps
             # exploring for other signatures instead of ending at the known one.
             self._session.skip_settled = bool(self._session.known)
+            # Known batch-variant cases go to (and come from) the profile's example database.
+            from hypothesis import settings
+
+            from .campaigns.explicit import load_variants
+
+            self._session.database = settings().database
+            load_variants(self._session, self._session.space.ops)
         return self._session
 
     @property
@@ -241,6 +248,14 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         params = [
             pytest.param(op, prop, "disabled", id=f"{op}-{prop}-disabled")
             for op, prop in controls(state.space.ops, state.space.exclude_properties)
+        ]
+    elif metafunc.function.__name__ == "test_known_cases":
+        from .campaigns.explicit import has_explicit
+
+        params = [
+            pytest.param(op, prop, switch, id=f"{op}-{prop}-{switch}")
+            for op, prop, switch in cells(state.space.ops, state.space.exclude_properties)
+            if has_explicit(op, prop, switch)
         ]
     else:
         params = [

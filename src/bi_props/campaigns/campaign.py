@@ -45,6 +45,8 @@ from typing import Any, TextIO
 from ..catalogue import controls as catalogue_controls
 from ..model.space import Space
 from ..runner.controller import WorkerFailure
+from .evidence import FLOORED
+from .explicit import load_variants, pending
 from .fuzz import SLICE_EXAMPLES, Cell, Interrupted, _on_sigterm, cells_for, run_slice
 from .scheduler import Item, Scheduler
 from .session import (
@@ -94,6 +96,22 @@ def _merge_degenerate(reports: dict[str, dict[str, Any]]) -> dict[str, Any]:
         merged["examples"] += int(d.get("examples", 0))
         merged["of"] += int(d.get("of", 0))
         merged["cells"] += [{**c, "target": target} for c in d.get("cells", [])]
+    return merged
+
+
+def _merge_evidence(reports: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The targets' evidence together (``evidence.evidence``): one entry per target and op."""
+    merged: dict[str, Any] = {"min_judged": None, "ops": [], "thin": []}
+    for key in ("rows_judged", "judged", "order_blind"):
+        merged[key] = 0
+    several = len(reports) > 1
+    for target, r in reports.items():
+        e = r.get("evidence") or {}
+        merged["min_judged"] = e.get("min_judged", merged["min_judged"])
+        merged["ops"] += [{**o, "target": target} for o in e.get("ops", [])]
+        merged["thin"] += [f"{target}: {t}" if several else t for t in e.get("thin", [])]
+        for key in ("rows_judged", "judged", "order_blind"):
+            merged[key] += int(e.get(key, 0))
     return merged
 
 
@@ -525,6 +543,7 @@ class Ledger:
                     e for r in reports.values() for e in r.get("internal_errors", [])
                 ],
                 "degenerate": _merge_degenerate(reports),
+                "evidence": _merge_evidence(reports),
                 "batch_reach": [  # this run's sessions (a resumed run starts its count anew)
                     {**b, "target": t} for t, r in reports.items() for b in r.get("batch_reach", [])
                 ],
@@ -783,6 +802,9 @@ class Campaign:
             session.report_path = self.out / REPORT_FILE
             session.known = list(self.known)
             session.strict_controls = self.strict_controls
+            session.floor_all_cells = True  # a cell the campaign did not run is thin evidence
+            session.database = database  # known batch-variant cases of earlier runs, and this
+            load_variants(session, self.space.ops)
             states[target] = _TargetState(session, cells_for(self.space))
             for cell in states[target].cells:  # every cell is in the report, run or not
                 ledger.cell(target, cell.op, cell.prop, cell.switch)
@@ -874,12 +896,14 @@ class Campaign:
                 item = Item((target, cell), "cell", cell.switch, done=cell.done, group=target)
                 item.claimed = cell.op in claimed
                 item.batch_compared = cell.prop == "batch_invariance"
+                if item.claimed and cell.switch == "enabled" and cell.prop in FLOORED:
+                    item.floor = self.space.min_judged
                 schedule.add(item)
         for target, state in states.items():
             for control in state.session.controls:
                 key = (target, control.op, control.property)
                 item = Item(key, "control", "disabled", done=control.state == "done")
-                item.searching = not control.variance_seen
+                item.searching = control.searching
                 schedule.add(item)
         start = ledger.started_monotonic
         while True:
@@ -939,7 +963,9 @@ class Campaign:
     def _control_turn(self, states, ledger, database, schedule, item, turn_end, examples) -> None:
         target, op, prop = item.key
         session = states[target].session
-        before = session._control_entry(op, prop).examples
+        entry = session._control_entry(op, prop)
+        before = entry.examples + entry.power_draws
+        variants_before = entry.variant_cases
         started = time.monotonic()
         seed = derive_seed(ledger.seed, target, "control", op, prop, ledger.run_index, item.turns)
         # turn_end is soft (no example starts after it); the controls' share is hard: an example
@@ -958,9 +984,14 @@ class Campaign:
         finally:
             session.runner.deadline = deadline
         seconds = time.monotonic() - started
-        ran = control.examples - before
-        item.searching = not control.variance_seen
+        ran = control.examples + control.power_draws - before
+        item.searching = control.searching
         schedule.done(item, seconds, ran, finished=control.state == "done")
+        if control.variant_cases > variants_before:  # known cases for the op's enabled cells
+            for other in schedule.cells():
+                o_target, o_cell = other.key
+                if o_target == target and o_cell.op == op and not other.done:
+                    other.pending = bool(pending(session, o_cell.op, o_cell.prop, o_cell.switch))
         ledger.turn(
             "control", target, f"control {op} {prop}", ran, seconds, 0.0, turn_end - started
         )
@@ -998,6 +1029,8 @@ class Campaign:
         ledger.turn_done(stats, ran, seconds, cell.done, cell.retired_why)
         shrink_s = cell.shrink_s - shrink_before
         ledger.turn("cell", target, cell.name, ran, seconds, shrink_s, turn_end - started)
+        item.judged = state.session.judged.get((cell.op, cell.prop, cell.switch), 0)
+        item.pending = bool(pending(state.session, cell.op, cell.prop, cell.switch))
         new = schedule.done(item, seconds, ran, lines, finished=cell.done, shrink_s=shrink_s)
         if cell.done:
             outcome = done_outcome(ledger, new_before, reseen_before, cell.retired_why)

@@ -46,6 +46,34 @@ class Control:
     # shows and found nothing: the stock kernel is invariant here, evidence not a list; None
     # while undecided (seen, or searching).
     applicable: bool | None = None
+    # The power probe: draws of the enabled cell's own strategy run with the switch off
+    # (``power_examples`` of the space), those that compared something (not degenerate, not
+    # order-blind), and those on which the stock kernel was batch-variant: p = hits / judged is
+    # the chance that one of the enabled cell's examples catches a kernel as variant as stock.
+    power_draws: int = 0
+    power_judged: int = 0
+    power_hits: int = 0
+    # Cases on which the stock kernel varied, kept as known-variant cases (campaigns/explicit.py).
+    variant_cases: int = 0
+    # Targeted probes run before "not applicable" (``targeted_probes``), and those judged.
+    targeted: int = 0
+    targeted_judged: int = 0
+
+    @property
+    def searching(self) -> bool:
+        """Still looking: no variance seen yet, or its power probe has draws left (the
+        scheduler gives such controls their turns before those that only shrink)."""
+        return self.state != "done" and (not self.variance_seen or self.state == "probing")
+
+    @property
+    def probing(self) -> bool:
+        """The power probe has draws left (the control is not done while it has)."""
+        return self.state == "probing"
+
+    @property
+    def hit_rate(self) -> float | None:
+        """p, the stock kernel's batch-variance rate on the enabled cell's own draws."""
+        return self.power_hits / self.power_judged if self.power_judged else None
 
 
 def case_size(case: Case) -> tuple:
@@ -98,39 +126,144 @@ def explicit_cases(session: Session, op: str) -> list[Case]:
     return out
 
 
+def _dtypes_first_float32(session: Session) -> tuple[str, ...]:
+    dtypes = tuple(session.space.dtypes)
+    return tuple(sorted(dtypes, key=lambda d: d != "float32"))
+
+
+def _saw_variance(session: Session, control: Control, case: Case, message: str, how: str) -> None:
+    """A case on which the stock kernel varied: a known-variant case for the enabled cells
+    (campaigns/explicit.py), and the control's case when it is the first or a smaller one."""
+    from .explicit import add_variant
+
+    control.variant_cases += add_variant(session, case)
+    if control.variance_seen and control.case is not None:
+        from ..model.case import parse_case
+
+        if case_size(parse_case(control.case))[:3] <= case_size(case)[:3]:
+            return  # no smaller (elements, extents, companions): the first seen stays
+    control.variance_seen = True
+    control.case = repr(case)
+    control.message = message
+    control.shrink = how
+
+
 def _try_explicit(session: Session, control: Control, prop: str, judge) -> list[str]:
-    """Run the op's explicit control examples once, before any search; the first that shows
-    variance is the control's case (small by construction: no shrink). Returns worker errors.
-    An error of bi_props itself ends the control as an internal error, as in the search."""
+    """Run the op's explicit control examples once, before any search, in each dtype of the
+    space (float32 first): every one that shows variance becomes a known-variant case for the
+    enabled cells, and the smallest is the control's case (small by construction: no shrink).
+    Returns worker errors. An error of bi_props itself ends the control as an internal error,
+    as in the search."""
     errors: list[str] = []
-    for case in explicit_cases(session, control.op):
-        control.explicit += 1
-        control.examples += 1
+    for example in explicit_cases(session, control.op):
+        for dtype in _dtypes_first_float32(session):
+            case = replace(example, dtype=dtype, options=dict(example.options))
+            control.explicit += 1
+            control.examples += 1
+            try:
+                verdict = judge(session.runner.observe(prop, case, "disabled"))
+            except DeadlineReached:
+                return errors
+            except WorkerFailure as exc:
+                errors.append(str(exc).splitlines()[0])
+                continue
+            except Exception as exc:  # an InternalError or a judge's bug: ours, never silent
+                text = internal_message(exc)
+                session.internal(f"negative control {control.op} {prop} [disabled]: {text}")
+                control.state = "done"
+                control.shrink = "not started"
+                control.message = (
+                    f"INTERNAL ERROR after {control.examples} example(s): {text.splitlines()[0]}"
+                )
+                return errors
+            if not verdict.ok:
+                how = "not needed: an explicit control example of the op (its data)"
+                _saw_variance(session, control, case, verdict.message, how)
+            else:
+                control.judged += not verdict.degenerate
+    return errors
+
+
+def _order_blind(case: Case) -> bool:
+    return case.values == "exact"
+
+
+def _probe(
+    session: Session,
+    control: Control,
+    prop: str,
+    judge,
+    stop_at: float | None,
+    seed: int | None,
+) -> list[str]:
+    """The power probe: draws of the enabled cell's own strategy (``Session.strategy``, the
+    known-variant neighbours included) run with the switch off, counted: p = hits / judged is
+    how likely one enabled example is to catch a kernel as batch-variant as stock. Every hit
+    is a known-variant case. Resumes over turns until ``power_examples`` draws ran; no draw
+    starts after ``stop_at`` once one has run. Returns worker errors."""
+    left = session.space.power_examples - control.power_draws
+    if left <= 0:
+        return []
+    strategy = session.strategy(control.op, prop)
+    errors: list[str] = []
+    ran = 0
+
+    class _Stop(KeyboardInterrupt):
+        pass
+
+    profile = settings()
+
+    @settings(
+        profile,
+        max_examples=left,
+        database=None,  # a probe saves nothing: it measures, it does not search
+        deadline=None,
+        derandomize=profile.derandomize if seed is None else False,
+        print_blob=False,
+        suppress_health_check=list(HealthCheck),
+        phases=[Phase.generate],
+    )
+    @given(data=st.data())
+    def probe(data):
+        nonlocal ran
+        case = data.draw(strategy, label="case")
+        if ran and stop_at is not None and time.monotonic() >= stop_at:
+            raise _Stop()
         try:
             verdict = judge(session.runner.observe(prop, case, "disabled"))
         except DeadlineReached:
-            break
+            raise _Stop() from None
         except WorkerFailure as exc:
             errors.append(str(exc).splitlines()[0])
-            continue
-        except Exception as exc:  # an InternalError or a judge's bug: ours, never silent
-            text = internal_message(exc)
-            session.internal(f"negative control {control.op} {prop} [disabled]: {text}")
-            control.state = "done"
-            control.shrink = "not started"
-            control.message = (
-                f"INTERNAL ERROR after {control.examples} example(s): {text.splitlines()[0]}"
-            )
-            break
+            ran += 1
+            control.power_draws += 1
+            return
+        ran += 1
+        control.power_draws += 1
+        if (verdict.ok and verdict.degenerate) or _order_blind(case):
+            return
+        control.power_judged += 1
         if not verdict.ok:
-            control.variance_seen = True
-            control.case = repr(case)
-            control.message = verdict.message
-            control.shrink = "not needed: an explicit control example of the op (its data)"
-            control.state = "done"
-            break
-        control.judged += not verdict.degenerate
+            control.power_hits += 1
+            how = "not needed: a hit of the power probe (the enabled cell's own strategy)"
+            _saw_variance(session, control, case, verdict.message, how)
+
+    if seed is not None:
+        probe = hypothesis_seed(seed)(probe)
+    key = f"bi_props:probe:{session.target}:{control.op}:{prop}".encode()
+    probe.hypothesis.inner_test._hypothesis_internal_add_digest = key
+    try:
+        probe()
+    except _Stop:
+        pass
     return errors
+
+
+def power_line(control: Control) -> str:
+    """The probe's measurement in words: "p = 12/30 (0.40)"."""
+    if not control.power_judged:
+        return "p not measured"
+    return f"p = {control.power_hits}/{control.power_judged} ({control.hit_rate:.2f})"
 
 
 def control_entry(session: Session, op: str, prop: str) -> Control:
@@ -174,9 +307,23 @@ def run_control(
     errors: list[str] = []
     if control.explicit == 0 and control.examples == 0 and OPS[op].control_examples:
         errors += _try_explicit(session, control, prop, judge)
-        if control.state == "done":
+        if control.state == "done":  # an internal error
             session.write_report()
             return control
+    if control.power_draws < session.space.power_examples:
+        errors += _probe(session, control, prop, judge, stop_at, seed)
+        if control.power_draws < session.space.power_examples:
+            control.state = "probing"
+            control.message = (
+                f"power probe: {control.power_draws} of {session.space.power_examples} draws"
+                f" of the enabled cell's strategy run with the switch off"
+            )
+            session.write_report()
+            return control
+    if control.variance_seen and control.state != "shrinking":
+        control.state = "done"
+        session.write_report()
+        return control
     strategy = session.control_strategy(op, prop)
     left = session.space.control_examples - control.examples
     if left <= 0:
@@ -273,6 +420,9 @@ def run_control(
             shrink = f"cut after {spent:.1f} s of this turn: the smallest case seen" + (
                 "" if database is not None else " (final: no example database to resume)"
             )
+        from .explicit import add_variant
+
+        control.variant_cases += add_variant(session, case)
         control.variance_seen = True
         control.case = repr(case)
         control.message = message
@@ -295,12 +445,78 @@ def run_control(
     return control
 
 
+PROBE_COMPANIONS = (15, 16, 255)
+"""Targeted probes: a 1-row needle beside a companion of each of these rows (a vector or tile
+edge, and past a typical row threshold)."""
+PROBE_WIDTHS = (7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65)
+"""Targeted probes: last dimensions at vector tails +- 1 (8, 16, 32 and 64 lanes)."""
+PROBE_LAYOUTS = ("contiguous", "transposed")
+
+
+def targeted_probes(session: Session, op: str, prop: str) -> list[Case]:
+    """Where stock kernels are known to vary, built from the control strategy's simplest case
+    (every extent >= 2): a 1-row needle beside 15, 16 and 255 rows, its last dimension at each
+    vector tail +- 1, all operands contiguous or all transposed. Some may not suit the op (a
+    width it refuses): those fail in the worker and are counted apart, never as evidence."""
+    from .explicit import _simplest_of
+
+    base = _simplest_of(session.control_strategy(op, prop))
+    if base is None or not base.shape:
+        return []
+    out = []
+    for layout in PROBE_LAYOUTS:
+        for rows in PROBE_COMPANIONS:
+            for width in PROBE_WIDTHS:
+                shape = (1, *base.shape[1:-1], width) if len(base.shape) > 1 else (1,)
+                case = replace(
+                    base,
+                    shape=shape,
+                    layouts=(layout,) * len(base.layouts),
+                    options=dict(base.options),
+                    batch=Batch(0, (Companion(base.seed + 1, rows),)),
+                )
+                out.append(case)
+    return out
+
+
+def _try_targeted(session: Session, control: Control, prop: str, judge) -> list[str]:
+    """Run the targeted probes once (``targeted_probes``); a variant one is the control's case
+    and a known-variant case. Returns worker errors."""
+    errors: list[str] = []
+    for case in targeted_probes(session, control.op, prop):
+        control.targeted += 1
+        try:
+            verdict = judge(session.runner.observe(prop, case, "disabled"))
+        except DeadlineReached:
+            break
+        except WorkerFailure as exc:
+            errors.append(str(exc).splitlines()[0])
+            continue
+        except Exception:  # a probe the op cannot take (a width it refuses): not evidence
+            continue
+        if not verdict.ok:
+            how = "not needed: a targeted probe (1-row needle, vector-tail width)"
+            _saw_variance(session, control, case, verdict.message, how)
+        elif not verdict.degenerate:
+            control.targeted_judged += 1
+    return errors
+
+
 def _settle(session: Session, control: Control, prop: str, errors: list[str]) -> Control:
-    """A control that spent its whole quota without variance: not applicable, by that evidence;
+    """A control that spent its whole quota without variance: first the targeted probes
+    (``targeted_probes``); then not applicable, by that evidence, worded with how much was
+    judged and the bound it gives (no hit in n judged: p < 3/n at 95%, the rule of three);
     blind when no example compared anything (all degenerate or failed in the worker)."""
+    if not control.targeted:
+        judge = property_spec.get(prop).judge
+        errors = errors + _try_targeted(session, control, prop, judge)
+        if control.variance_seen:
+            control.state = "done"
+            session.write_report()
+            return control
     control.state = "done"
     control.shrink = "not needed"
-    if not control.judged:
+    if not control.judged and not control.targeted_judged and not control.power_judged:
         control.message = (
             f"no {prop} example of {control.examples} compared anything (each degenerate or "
             "failed in the worker): blind, not evidence that stock is invariant"
@@ -313,10 +529,14 @@ def _settle(session: Session, control: Control, prop: str, errors: list[str]) ->
     explicit = (
         f", {control.explicit} of them the op's explicit examples" if control.explicit else ""
     )
+    total = control.judged + control.targeted_judged + control.power_judged
     control.message = (
-        f"stock kernel invariant here: control not applicable (no {prop} violation in "
-        f"{control.judged} judged of {control.examples} examples where reduction order can "
-        f"show: every extent >= 2, general or wide values{explicit})"
+        f"stock kernel invariant here: control not applicable (no {prop} violation in {total} "
+        f"judged examples: {control.judged} of {control.examples} drawn where reduction order "
+        f"can show (every extent >= 2, general or wide values{explicit}), "
+        f"{control.power_judged} of the enabled cell's own strategy, {control.targeted_judged} "
+        f"targeted probes (a 1-row needle beside 15, 16 and 255 rows, widths at vector tails "
+        f"+-1, contiguous and transposed); so the stock hit rate p < {3 / total:.3f} at 95%)"
     )
     if errors:
         control.message += f" ({len(errors)} example(s) failed in the worker: {errors[0]})"

@@ -184,6 +184,19 @@ def run_slice(
         from .sweep import run_sweeps
 
         run_sweeps(session, cell.op, cell.switch)
+    # Explicit examples first (campaigns/explicit.py): the known batch-variant cases of the op
+    # and a case in every dtype of the contract, each once per session, then the draws.
+    explicit_new: list[Failure] = []
+    if getattr(session, "explicit_examples", False):
+        from .explicit import run_explicit
+
+        judged, explicit_new = run_explicit(
+            session, cell.op, cell.prop, cell.switch, stop_at=turn_end
+        )
+        count += judged
+        if any(retires(f) for f in explicit_new):
+            settle_turn(cell, explicit_new, False)
+            return count
     is_settled = getattr(session, "settled", lambda signature: False)
     same_failure = getattr(session, "same_failure", lambda failure: None)
     skipped = getattr(session, "skipped_known", {})
@@ -207,21 +220,22 @@ def run_slice(
     @given(data=st.data())
     def slice_test(data):
         nonlocal count
-        count += 1
         case = data.draw(strategy, label="case")
         past_end = stop_at is not None and time.monotonic() >= stop_at
         if smallest and past_end and not is_final_replay():  # the final replay records itself
             raise BudgetSpent()
-        if not smallest and count > 1 and turn_end is not None and time.monotonic() >= turn_end:
+        if not smallest and count and turn_end is not None and time.monotonic() >= turn_end:
             raise TurnOver()
         session.last_failure = None
         try:
             session.check(cell.op, cell.prop, cell.switch, case)
-        except DeadlineReached:
+        except DeadlineReached:  # cut by the campaign's end: not judged, not counted
             if smallest:
                 raise BudgetSpent() from None
             raise TurnOver() from None
         except Exception:
+            count += 1  # judged: it failed
+
             if not first_failure:
                 first_failure.append(time.monotonic())
             failure = session.last_failure
@@ -239,6 +253,7 @@ def run_slice(
                     deferred.add(signature)
                     raise SameFailure() from None  # its class was shrunk and confirmed once
             raise
+        count += 1  # judged: it held (or was counted apart by the session: degenerate, ...)
 
     key = database_key(session.target, cell.op, cell.prop, cell.switch)
     slice_test.hypothesis.inner_test._hypothesis_internal_add_digest = key
@@ -252,7 +267,9 @@ def run_slice(
         slice_test._hypothesis_internal_use_settings = settings(
             slice_test._hypothesis_internal_use_settings, database=database
         )
-    session.skip_settled = not first_turn
+    # (a first turn whose explicit examples recorded a failure skips it too: no second
+    # finding of that signature, no shrink of a failure already recorded this run)
+    session.skip_settled = not first_turn or bool(explicit_new)
     try:
         try:
             slice_test()
@@ -310,6 +327,7 @@ def run_slice(
         if first_failure:
             cell.shrink_s += time.monotonic() - first_failure[0]
     new = [failure for signature, failure in smallest.items() if not settled[signature]]
+    new = explicit_new + new
     skipped_now = skipped.get((cell.op, cell.prop, cell.switch), 0) > skipped_before
     met_known = skipped_now or any(settled.values())
     settle_turn(cell, new, met_known, broken)

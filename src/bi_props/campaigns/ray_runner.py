@@ -43,6 +43,7 @@ from .campaign import (
     finding_from_dict,
     turn_seed,
 )
+from .evidence import Tally, evidence
 from .fuzz import SLICE_EXAMPLES, Cell, Interrupted, _on_sigterm, cells_for, run_slice
 from .session import Session
 
@@ -190,6 +191,11 @@ class ShardActor:
         self.database = DirectoryBasedExampleDatabase(str(self.db_dir))
         self.session = _ActorSession(target, space)
         self.session.known = list(known or [])
+        self.session.database = self.database  # known-variant cases: shared like the rest
+        self.session.floor_all_cells = True
+        from .explicit import load_variants
+
+        load_variants(self.session, space.ops)
         # Reproducer scripts are written beside this (scratch) report and shipped to the driver.
         self.scratch = Path(tempfile.mkdtemp(prefix="bi_props-ray-out-"))
         self.session.report_path = self.scratch / "report.json"
@@ -203,11 +209,13 @@ class ShardActor:
         known = []
         if hello.status == "ready" and self.session.known:
             known = self.session.check_known()
+        covered = self.session.hello("enabled").covered if hello.status == "ready" else ()
         return {
             "status": hello.status,
             "message": hello.message,
             "environment": dict(hello.environment),
             "known": known,
+            "covered": list(covered),
             "pid": os.getpid(),
         }
 
@@ -300,6 +308,8 @@ class _TargetData:
     known: list[dict[str, Any]] = field(default_factory=list)
     round: int | None = None
     round_seed: int | None = None
+    covered: list[str] = field(default_factory=list)  # the ops the target claims
+    tally: Tally = field(default_factory=Tally)  # the actors' coverage lines, counted
 
 
 class RayCampaign(Campaign):
@@ -382,6 +392,7 @@ class RayCampaign(Campaign):
                 "controls": data.controls,
                 "not_covered": [{"op": op, "reason": why} for op, why in data.not_covered.items()],
                 "known": data.known,
+                "evidence": evidence(self.space, data.covered, data.tally, data.controls, True),
             }
 
         return report
@@ -446,6 +457,7 @@ class RayCampaign(Campaign):
                     status = 2
                     return status
                 data[slot.target].environment = hello["environment"]
+                data[slot.target].covered = hello.get("covered", [])
                 if hello["known"]:
                     data[slot.target].known = hello["known"]
             ledger.progress(
@@ -671,6 +683,7 @@ class RayCampaign(Campaign):
                     line.setdefault("target", shard.target)
                     line.setdefault("round", shard.round)
                     f.write(json.dumps(line) + "\n")
+                    d.tally.add(line)
         db_union(self.out / DATABASE_DIR, result["db"])
         total = self._examples(self._data)
         if shard.kind == "control":

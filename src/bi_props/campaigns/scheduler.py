@@ -60,7 +60,14 @@ turn's time limit. Its policy, in order:
    short campaign over many cells still shrinks. A shrink cut there is recorded with the
    smallest failing case seen, and says why; once every cell has had a turn, a shrink may run to
    the budget's end.
-5. **A stated evidence size ends turns, not time.** With ``examples_per_cell`` (``bi-props fuzz
+5. **The floor and the known cases before novelty.** Once every cell has had its first turn, a
+   cell with a *floor* (a claimed op's enabled reference and batch-invariance cells: ``[runner]
+   min_judged`` judged examples, or the run is thin) that is below it, or a cell with explicit
+   cases pending (known batch-variant cases a negative control found after the cell's last
+   turn), takes the next turn: pending cases first, then the cell furthest below its floor. A
+   cell that has run ``FLOOR_PATIENCE`` x its floor in examples without reaching it (its
+   examples are degenerate, say) no longer jumps the queue.
+6. **A stated evidence size ends turns, not time.** With ``examples_per_cell`` (``bi-props fuzz
    --examples-per-cell N``) a cell that has run N examples in this run is satisfied and gets no
    more turns (the campaign stops once every cell is, and the controls have settled): the
    weights above would otherwise give a disabled-state cell of an op the target leaves to stock
@@ -87,6 +94,8 @@ per example (the kernel runs on the whole batch and on the needle alone), so sha
 NOVELTY_DECAY = 0.5
 NOVELTY_CAP = 8.0
 FIRST_TURN_MARGIN = 2.0  # a shrink's reserve per first turn still due, in mean first turns
+FLOOR_PATIENCE = 4
+"""A cell below its floor jumps the queue until it has run this many times its floor."""
 
 
 @dataclass
@@ -109,6 +118,15 @@ class Item:
     group: Any = None  # the target: first turns alternate between targets of equal priority
     first_turn_s: float | None = None  # the first turn's seconds, its shrink excluded
     batch_compared: bool = False  # a batch-invariance cell (``BATCH_WEIGHT``)
+    floor: int = 0  # judged examples the cell must reach (the module's policy 5)
+    judged: int = 0  # judged examples so far (the campaign updates it after each turn)
+    pending: bool = False  # explicit cases wait for the cell's next turn (policy 5)
+
+    @property
+    def urgent(self) -> bool:
+        """Below its floor (within ``FLOOR_PATIENCE``), or explicit cases pending."""
+        below = self.judged < self.floor and self.examples < FLOOR_PATIENCE * self.floor
+        return self.pending or below
 
     @property
     def enabled_state(self) -> bool:
@@ -231,6 +249,13 @@ class Scheduler:
             part = cell.weight / sum(c.weight for c in first)  # a weighted part of the third
             limit = max(MIN_TURN_S, third_left * part) if third_left > 0 else MIN_TURN_S
             return cell, min(limit, self._turn_s(), left)
+        urgent = [c for c in live_cells if c.urgent]
+        if urgent:
+            cell = min(
+                urgent,
+                key=lambda c: (not c.pending, c.judged / max(c.floor, 1), c.turns, c.order),
+            )
+            return cell, min(self._turn_s(), left)
         cell = min(
             live_cells,
             key=lambda c: (c.effort / c.weight, not c.enabled_state, c.turns, c.order),

@@ -15,7 +15,7 @@ from typing import Any
 from hypothesis import note
 from hypothesis.control import current_build_context
 
-from ..catalogue.strategies import cases, control_cases
+from ..catalogue.strategies import cases, cases_near_known, control_cases
 from ..integrations import switches
 from ..model import property_spec
 from ..model.batch_reach import BatchReach
@@ -41,6 +41,7 @@ from .controls import (
     is_final_replay,
     run_control,
 )
+from .evidence import session_evidence
 
 INTERNAL = "internal"  # bi_props itself failed (controller side, or InternalError in a worker)
 # An op the target does not swap, batch-variant with the switch on, under a target whose switch
@@ -209,6 +210,31 @@ class Session:
     sweeps: list[dict] = field(default_factory=list)
     swept: set[tuple] = field(default_factory=set, repr=False)
     _cross_hot: set[tuple[str, str]] = field(default_factory=set, repr=False)
+    # The example database of the run (the campaign's, the pytest profile's): where known
+    # batch-variant cases are kept between runs (campaigns/explicit.py).
+    database: Any = field(default=None, repr=False)
+    # op -> {repr: case}: cases on which the stock kernel (switch off) was seen batch-variant.
+    variants: dict[str, dict[str, Case]] = field(default_factory=dict, repr=False)
+    # (op, prop, switch) -> reprs of the explicit cases run; and the template of a cell's dtype
+    # examples (campaigns/explicit.py).
+    explicit_done: dict[tuple, set] = field(default_factory=dict, repr=False)
+    dtype_templates: dict[tuple, Case] = field(default_factory=dict, repr=False)
+    # How a failure recorded now was shrunk, when not by Hypothesis (an explicit example).
+    shrink_note: str = field(default="", repr=False)
+    # Whether cells run their explicit examples before drawing (campaigns/explicit.py).
+    explicit_examples: bool = True
+    # The floor of evidence (campaigns/evidence.py) on every cell the space has (a campaign:
+    # a cell it did not run is thin), or on the cells that ran only (pytest: a user's -k
+    # selection leaves cells out on purpose).
+    floor_all_cells: bool = False
+    # The evidence per cell (op, prop, switch): examples judged (compared something that could
+    # differ: not degenerate, not order-blind, not unobservable), order-blind ones (order-exact
+    # values in a property comparing a batch's values: they check which rows a kernel reads,
+    # not its reduction order), and rows judged (batch invariance: the needle's and its
+    # windows', model/windows.py).
+    judged: dict[tuple, int] = field(default_factory=dict, repr=False)
+    order_blind: dict[tuple, int] = field(default_factory=dict, repr=False)
+    rows_judged: dict[tuple, int] = field(default_factory=dict, repr=False)
 
     def __repr__(self) -> str:  # Hypothesis prints the fixture in every falsifying example
         return f"<bi_props session: target {self.target!r}, space {self.space.source}>"
@@ -237,10 +263,19 @@ class Session:
         return self.hello("enabled").entries.get(op) or None
 
     def strategy(self, op: str, prop: str):
-        """The case strategy of one cell, built once (Hypothesis validates each new strategy)."""
-        key = (op, prop)
+        """The case strategy of one cell, built once per set of known batch-variant cases
+        (Hypothesis validates each new strategy): an enabled batch-comparing cell draws, in
+        part, neighbours of the cases where the stock kernel varied (campaigns/explicit.py)."""
+        from .explicit import VARIANT_PROPERTIES, variants
+
+        known = variants(self, op) if prop in VARIANT_PROPERTIES else ()
+        key = (op, prop, len(known))
         if key not in self._strategies:
-            self._strategies[key] = cases(self.space, op, prop, self.entries(op))
+            if known:
+                strategy = cases_near_known(self.space, op, prop, self.entries(op), known)
+            else:
+                strategy = cases(self.space, op, prop, self.entries(op))
+            self._strategies[key] = strategy
         return self._strategies[key]
 
     def control_strategy(self, op: str, prop: str):
@@ -387,13 +422,32 @@ class Session:
             self._failed(found)
             raise InternalFailure(f"{prop} [{switch}] on {op}: {found.message}") from exc
         self.checked += 1
+        cell = (op, prop, switch)
         degenerate = verdict.ok and getattr(verdict, "degenerate", "")
-        outcome = "degenerate" if degenerate else "ok" if verdict.ok else verdict.kind
-        self._note_example(op, prop, switch, case, outcome, coverage_extras(verdict))
+        blind = verdict.ok and not degenerate and order_blind(prop, case)
+        if prop in ("parity", "reference") and verdict.ok and not degenerate:
+            self.dtype_templates.setdefault(cell, case.with_batch(None))
+        outcome = (
+            "degenerate"
+            if degenerate
+            else "order-blind"
+            if blind
+            else "ok"
+            if verdict.ok
+            else verdict.kind
+        )
+        extras = coverage_extras(verdict)
+        if getattr(verdict, "rows", None):
+            extras["rows"] = int(verdict.rows)
+        self._note_example(op, prop, switch, case, outcome, extras)
         if degenerate:  # no evidence either way: counted apart, never a pass
             self._held = True  # but the case did not fail: evidence of a flaky failure
-            entry = self.degenerate.setdefault((op, prop, switch), [0, degenerate])
+            entry = self.degenerate.setdefault(cell, [0, degenerate])
             entry[0] += 1
+            return False
+        if blind:  # it held, but no summation order could have shown: counted apart
+            self._held = True
+            self.order_blind[cell] = self.order_blind.get(cell, 0) + 1
             return False
         if verdict.kind == "not_covered":
             self.not_covered.setdefault(op, verdict.message)
@@ -401,6 +455,10 @@ class Session:
         if verdict.kind == "not_observable":
             self.unobservable.setdefault((op, switch), verdict.message)
             return False
+        self.judged[cell] = self.judged.get(cell, 0) + 1
+        rows = getattr(verdict, "rows", None)
+        if rows:
+            self.rows_judged[cell] = self.rows_judged.get(cell, 0) + int(rows)
         if prop == "routing" and switch == "enabled":
             self.routing_observed.add(op)  # judged on evidence (a pass or a failure)
         if switch == "enabled" and not self.covered(op) and not self._promised(prop):
@@ -482,6 +540,7 @@ class Session:
                 if case.batch is None
                 else case.shape[0] + sum(c.rows for c in case.batch.companions),
                 "outcome": outcome,
+                **({"explicit": True} if self.shrink_note else {}),
                 **(extras or {}),
             }
         )
@@ -538,7 +597,7 @@ class Session:
             failure.signature()
         )
         if is_final_replay():
-            self.finalize(failure)
+            self.finalize(failure, shrink=self.shrink_note or "complete")
 
     def finalize(
         self,
@@ -809,6 +868,7 @@ class Session:
             "cross_process_checks": self.cross_process_checks,
             "sweeps": list(self.sweeps),
             "switching": self.switching or {"ok": None, "message": "not judged yet"},
+            "evidence": session_evidence(self),
         }
 
     def degenerate_summary(self) -> dict[str, Any]:
@@ -866,6 +926,12 @@ class Session:
                 for worker in pool.values():
                     worker.kill()
             self._second.close()
+
+
+def order_blind(prop: str, case: Case) -> bool:
+    """An example of a property comparing a batch's values (``PropertySpec.batched``) on
+    order-exact values: every partial sum exact, so no summation order can show in it."""
+    return case.values == "exact" and property_spec.get(prop).batched
 
 
 def _first_line(exc: BaseException) -> str:

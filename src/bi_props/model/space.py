@@ -87,6 +87,12 @@ class Space:
     example_timeout_s: float = 60.0
     start_timeout_s: float = 300.0
     control_examples: int = 200
+    # Draws of each enabled batch-comparing cell's own strategy that its negative control runs
+    # with the switch off, to measure p, the stock kernel's hit rate there (the power probe).
+    power_examples: int = 30
+    # A claimed op's enabled reference and batch-invariance cells need this many judged
+    # examples (not degenerate, not order-blind), or the run exits 3: thin evidence.
+    min_judged: int = 10
     # the largest share of a campaign's budget the negative controls may use
     control_share: float = CONTROL_SHARE
     fork_workers: bool = True  # replacement workers forked from a loaded parent (CPU targets)
@@ -145,6 +151,8 @@ _SECTIONS: dict[str, dict[str, str]] = {
         "example_timeout_s": "num",
         "start_timeout_s": "num",
         "control_examples": "int",
+        "power_examples": "int",
+        "min_judged": "int",
         "control_share": "num",
         "fork_workers": "bool",
         "cross_process_every": "int",
@@ -192,6 +200,8 @@ RANGES: dict[str, tuple[float, float, bool, str]] = {
     "runner.start_timeout_s": (0, 86400, False, "seconds"),
     "runner.control_examples": (1, 10**9, True, "examples per negative control"),
     "runner.control_share": (0, 1, True, "a share of --budget"),
+    "runner.power_examples": (0, 10**9, True, "draws of the power probe per control"),
+    "runner.min_judged": (0, 10**9, True, "judged examples a claimed op's cell needs"),
     "batch.max_companions": (1, 10**6, True, "companions in a batch"),
     "batch.max_sequences": (1, 10**6, True, "sequences in a batch of a sequence op"),
     "batch.max_batch_tokens": (1, 10**9, True, "companion tokens of a many-sequence batch"),
@@ -305,6 +315,8 @@ def parse(data: dict[str, Any], source: str, profile: str) -> Space:
         ("runner", "example_timeout_s"): "example_timeout_s",
         ("runner", "start_timeout_s"): "start_timeout_s",
         ("runner", "control_examples"): "control_examples",
+        ("runner", "power_examples"): "power_examples",
+        ("runner", "min_judged"): "min_judged",
         ("runner", "control_share"): "control_share",
         ("runner", "fork_workers"): "fork_workers",
         ("runner", "cross_process_every"): "cross_process_every",

@@ -105,8 +105,8 @@ def exit_status(report: dict[str, Any], interrupted: bool = False) -> int:
       batch-variant with the switch on, under a switch that promises batch-invariant
       inference);
     - 130: interrupted without findings;
-    - 3: no verdict: no enabled-state cell ran (``incomplete``), or routing was not observable
-      for any op (``no_routing_verdict``);
+    - 3: no verdict: no enabled-state cell ran (``incomplete``), routing was not observable
+      for any op (``no_routing_verdict``), or the evidence is thin (``thin_evidence``);
     - 0: otherwise.
     """
     statuses = finding_statuses(report)
@@ -122,7 +122,16 @@ def exit_status(report: dict[str, Any], interrupted: bool = False) -> int:
         return 130
     if report.get("status") == "incomplete" or no_routing_verdict(report):
         return 3
+    if thin_evidence(report):
+        return 3
     return 0
+
+
+def thin_evidence(report: dict[str, Any]) -> list[str]:
+    """The ops whose evidence is below the floor (``campaigns/evidence.py``): a claimed op's
+    enabled reference or batch-invariance cell with fewer than ``min_judged`` judged examples,
+    or a model-level cell that did not run. Non-empty: no trustworthy verdict (exit 3)."""
+    return list((report.get("evidence") or {}).get("thin") or [])
 
 
 def fresh_process(finding: dict[str, Any]) -> str:

@@ -45,6 +45,46 @@ def turn_rates(turns: list[dict]) -> str:
     return "; ".join(parts)
 
 
+def _power(entry: dict) -> str:
+    if entry.get("power") is not None:
+        return f"{entry['power']:.2f} (p = {entry['p_hits']}/{entry['p_judged']})"
+    return {"invariant": "- (stock invariant here)"}.get(entry.get("stock", ""), "-")
+
+
+def evidence_table(r: dict) -> list[str]:
+    """Per claimed op: judged examples of each enabled cell, rows compared, known stock-variant
+    cases run, and the detection power of its batch-invariance cell; thin ops marked."""
+    evidence = r.get("evidence") or {}
+    ops = [o for o in evidence.get("ops", []) if o.get("claimed") or o.get("thin")]
+    if not ops:
+        return []
+    floor = evidence.get("min_judged")
+    out = [
+        f"## Evidence per claimed op (floor: {floor} judged examples of reference and batch "
+        "invariance)\n",
+        "| op | reference | batch invariance | rows compared | known stock-variant cases "
+        "| detection power | row permutation | determinism | parity | thin |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for o in ops:
+        judged = o.get("judged") or {}
+        several = len({e.get("target") for e in ops}) > 1
+        name = o["op"] + (f" ({o['target']})" if several and o.get("target") else "")
+        cells = [
+            judged.get(p, "-")
+            for p in ("reference", "batch_invariance")
+        ]  # fmt: skip
+        out.append(
+            f"| {_cell(name)} | {cells[0]} | {cells[1]} | "
+            f"{(o.get('rows') or {}).get('batch_invariance', '-')} | "
+            f"{o.get('known_variant_judged', 0)} | {_power(o)} | "
+            f"{judged.get('row_permutation', '-')} | {judged.get('determinism', '-')} | "
+            f"{judged.get('parity', '-')} | {_cell('; '.join(o.get('thin') or [])) or ''} |"
+        )
+    out.append("")
+    return out
+
+
 def render(data: ReportData) -> str:
     r = data.report
     campaign = r.get("campaign") or {}
@@ -66,6 +106,7 @@ def render(data: ReportData) -> str:
         verdict += f"; degenerate: {degenerate['examples']:,} of {degenerate.get('of', 0):,}"
     out.append(f"# bi_props campaign: {', '.join(data.targets)} ({verdict})\n")
     out.append(f"**Verdict.** {verdict_line(data)}\n")
+    out += evidence_table(r)
     run: list[str] = []  # the run's facts: after the findings and the controls
     run.append("## Run\n")
     run.append("| | |\n| --- | --- |")

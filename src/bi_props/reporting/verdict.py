@@ -10,6 +10,7 @@ from .data import (
     cell_name,
     inapplicable_controls,
     no_routing_verdict,
+    thin_evidence,
 )
 
 MAX_NAMED = 3
@@ -55,12 +56,42 @@ def verdict_line(data: ReportData) -> str:
     if r.get("not_covered"):
         unjudged.append(f"{len(r['not_covered'])} op(s) not claimed by the target")
     parts.append("not judged: " + "; ".join(unjudged) if unjudged else "nothing left unjudged")
+    evidence = r.get("evidence") or {}
+    if evidence.get("judged") is not None:
+        parts.append(evidence_sentence(evidence))
     line = ". ".join(parts) + "."
+    thin = thin_evidence(r)
+    if thin:
+        shown = "; ".join(thin[:MAX_NAMED]) + ("; ..." if len(thin) > MAX_NAMED else "")
+        line = (
+            f"THIN EVIDENCE (exit 3): {len(thin)} op(s) below the floor of "
+            f"{evidence.get('min_judged')} judged examples or a model-level cell not run: "
+            f"{shown}. " + line
+        )
     if r.get("status") == "incomplete":
         line = "INCOMPLETE, no verdict (no enabled-state cell ran). " + line
     if no_routing_verdict(r):
         line = "NO ROUTING VERDICT (routing not observable for any op: exit 3). " + line
     return line
+
+
+def evidence_sentence(evidence: dict) -> str:
+    """ "Judged: 4,210 examples (12,874 rows); order-blind apart: 40; batch invariance of the
+    claimed ops: power >= 0.97 against a kernel as variant as stock (least: mm)"."""
+    text = f"Judged: {evidence.get('judged', 0):,} examples"
+    if evidence.get("rows_judged"):
+        text += f" ({evidence['rows_judged']:,} batch rows compared)"
+    if evidence.get("order_blind"):
+        text += f"; order-blind, counted apart: {evidence['order_blind']:,}"
+    claimed = [o for o in evidence.get("ops", []) if o.get("claimed")]
+    powers = [(o["power"], o["op"]) for o in claimed if o.get("power") is not None]
+    if powers:
+        least, op = min(powers)
+        text += (
+            f"; claimed ops' batch invariance: detection power >= {least:.2f} against a kernel "
+            f"as batch-variant as stock (least: {op})"
+        )
+    return text
 
 
 def degenerate_line(report: dict) -> str:

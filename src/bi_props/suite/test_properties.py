@@ -15,6 +15,37 @@ def test_regression(bi_props_session, bi_regression):
     bi_props_session.check(r.op, r.property, r.switch, r.case)
 
 
+@pytest.mark.bi_props
+def test_batch_variance_control(bi_props_session, bi_op, bi_property, bi_switch):
+    """Negative control: with the switch off, look for batch variance and report the smallest case
+    that shows it. Stock kernels promise no invariance: a control that saw none is flagged (the
+    run cannot show that it sees variance), and fails with --bi-strict-controls."""
+    control = bi_props_session.control(bi_op, bi_property)
+    if not control.variance_seen and bi_props_session.strict_controls:
+        pytest.fail(f"blind negative control ({bi_op} {bi_property}): {control.message}")
+
+
+@pytest.mark.bi_props
+def test_known_cases(bi_props_session, bi_op, bi_property, bi_switch):
+    """Explicit examples, before anything is drawn: in the enabled batch-comparing cells every
+    case on which the stock kernel was seen batch-variant (by the negative controls above, or
+    kept in the example database by an earlier run), in parity every dtype of the contract, in
+    reference every dtype of the space (bi_props.campaigns.explicit)."""
+    from bi_props.campaigns.explicit import run_explicit
+
+    session = bi_props_session
+    before = len(session.findings)
+    judged, _ = run_explicit(session, bi_op, bi_property, bi_switch)
+    found = session.findings[before:]
+    if found:
+        pytest.fail("\n".join(f"{f.kind}: {f.case}\n{f.message}" for f in found), pytrace=False)
+    if not judged:
+        pytest.skip(
+            f"no explicit case for {bi_op} {bi_property} [{bi_switch}]: its negative control saw "
+            "no stock batch variance to replay (the summary says what it saw)"
+        )
+
+
 # Only the deadline and slow-test health checks are set here, whatever the profile: a first example
 # may start a worker or compile kernels. max_examples, database and derandomize come from the
 # active profile (this module is imported at collection, after Hypothesis loaded the profile).
@@ -25,13 +56,3 @@ def test_property(bi_props_session, bi_op, bi_property, bi_switch, data):
     session = bi_props_session
     case = data.draw(session.strategy(bi_op, bi_property), label="case")
     session.check(bi_op, bi_property, bi_switch, case)
-
-
-@pytest.mark.bi_props
-def test_batch_variance_control(bi_props_session, bi_op, bi_property, bi_switch):
-    """Negative control: with the switch off, look for batch variance and report the smallest case
-    that shows it. Stock kernels promise no invariance: a control that saw none is flagged (the
-    run cannot show that it sees variance), and fails with --bi-strict-controls."""
-    control = bi_props_session.control(bi_op, bi_property)
-    if not control.variance_seen and bi_props_session.strict_controls:
-        pytest.fail(f"blind negative control ({bi_op} {bi_property}): {control.message}")

@@ -1,0 +1,300 @@
+"""Explicit examples: cases known to matter, run before anything is drawn, like ``@example``.
+
+Two kinds, per cell:
+
+- **Known batch-variant cases** for the enabled ``batch_invariance`` and ``row_permutation``
+  cells: every case on which the *stock* kernel (the switch off) was seen batch-variant in this
+  run or an earlier one: the op's explicit control examples that varied (in each dtype tried),
+  what a negative control's search found, and the hits of its power probe. A "batch-invariant"
+  kernel as batch-variant as the stock one it replaced fails exactly there, whatever the luck of
+  the draws. Each runs with its own data and once more with other data (``SEEDS``).
+- **Every dtype of the contract** for ``parity`` (and every space dtype for ``reference``): one
+  case of the op in each dtype the stock op may accept, so that a contract break in one dtype
+  is never a matter of a 1-in-32 draw.
+
+The known-variant cases live in the session (``Session.variants``) and in the example database
+under ``variant_key(target, op)`` (the campaign's, or the pytest profile's), so that later runs
+and Ray actors start with them. Imports Hypothesis' database API only; never torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from ..model.case import DTYPES, PARITY_DTYPES, Batch, Case, parse_case
+from ..model.op_registry import OPS
+
+if TYPE_CHECKING:
+    from .session import Session
+
+VARIANT_PROPERTIES = ("batch_invariance", "row_permutation")
+"""The enabled cells that run the known batch-variant cases first."""
+SEEDS = 2
+"""Each known-variant case runs with its own data and with ``SEEDS - 1`` other draws of it."""
+MAX_VARIANTS = 24
+"""Known-variant cases kept per op (the smallest first): enough to cover each dtype and layout
+that varied, few enough that explicit examples stay a small part of a turn."""
+RESEED = 0x2545F491
+"""Step between the data seeds of an explicit case's copies."""
+
+
+def variant_key(target: str, op: str) -> bytes:
+    """The example-database key under which a target's known batch-variant cases of ``op`` are
+    kept (each value the UTF-8 repr of a Case)."""
+    return f"bi_props:variant:{target}:{op}".encode()
+
+
+def _size(case: Case) -> tuple:
+    from .controls import case_size
+
+    return case_size(case)
+
+
+def add_variant(session: Session, case: Case) -> bool:
+    """Remember a case on which the stock kernel was batch-variant (the switch off); True when
+    it is new. Kept in the session (the smallest ``MAX_VARIANTS`` per op) and saved in the
+    session's example database."""
+    if case.batch is None or case.op not in OPS:
+        return False
+    kept = session.variants.setdefault(case.op, {})
+    text = repr(case)
+    if text in kept:
+        return False
+    kept[text] = case
+    database = session.database
+    key = variant_key(session.target, case.op)
+    if len(kept) > MAX_VARIANTS:
+        largest = max(kept, key=lambda k: _size(kept[k]))
+        del kept[largest]
+        if database is not None:
+            try:
+                database.delete(key, largest.encode())
+            except Exception:
+                pass
+        if largest == text:
+            return False
+    if database is not None:
+        try:
+            database.save(key, text.encode())
+        except Exception:  # a read-only or full database never costs the finding itself
+            pass
+    return True
+
+
+def load_variants(session: Session, ops: tuple[str, ...]) -> int:
+    """The known-variant cases of earlier runs, from the session's example database; returns
+    how many were loaded. Entries that no longer parse (an older Case) are dropped."""
+    database = session.database
+    if database is None:
+        return 0
+    loaded = 0
+    for op in ops:
+        key = variant_key(session.target, op)
+        try:
+            values = list(database.fetch(key))
+        except Exception:
+            continue
+        for value in values:
+            try:
+                case = parse_case(value.decode())
+            except (ValueError, UnicodeDecodeError, TypeError):
+                try:
+                    database.delete(key, value)
+                except Exception:
+                    pass
+                continue
+            if case.op == op and case.batch is not None:
+                kept = session.variants.setdefault(op, {})
+                if repr(case) not in kept:
+                    kept[repr(case)] = case
+                    loaded += 1
+        kept = session.variants.get(op, {})
+        while len(kept) > MAX_VARIANTS:  # the smallest are kept
+            del kept[max(kept, key=lambda k: _size(kept[k]))]
+            loaded -= 1
+    return loaded
+
+
+def variants(session: Session, op: str) -> tuple[Case, ...]:
+    """The known batch-variant cases of ``op``, smallest first."""
+    return tuple(sorted(session.variants.get(op, {}).values(), key=_size))
+
+
+def reseeded(case: Case, step: int) -> Case:
+    """The same case with other data: the needle's and each companion's seed moved by
+    ``step`` x ``RESEED`` (0: the case itself)."""
+    if step == 0:
+        return case
+    shift = step * RESEED
+
+    def move(seed: int) -> int:
+        return (seed + shift) % 2**32
+
+    batch = case.batch
+    if batch is not None:
+        companions = tuple(replace(c, seed=move(c.seed)) for c in batch.companions)
+        batch = Batch(batch.position, companions)
+    return replace(case, seed=move(case.seed), batch=batch, options=dict(case.options))
+
+
+def _for_entry(session: Session, case: Case) -> Case | None:
+    """The case with an entry point the session's target offers for its op (a target may
+    replace the op's entries); None where the op has none."""
+    entries = session.entries(case.op) or OPS[case.op].entries
+    if not entries:
+        return None
+    if case.entry in entries:
+        return case
+    return replace(case, entry=entries[0], options=dict(case.options))
+
+
+def dtype_cases(session: Session, op: str, prop: str, template: Case) -> list[Case]:
+    """``template`` in each dtype the cell checks up front: every space dtype for reference,
+    and the stock op's possible dtypes (the space's and its parity dtypes) for parity."""
+    space = session.space
+    dtypes = list(space.dtypes)
+    if prop == "parity":
+        dtypes += [d for d in space.parity_dtypes if d not in dtypes]
+    known = (*DTYPES, *PARITY_DTYPES)
+    return [
+        replace(template, dtype=d, options=dict(template.options))
+        for d in dtypes
+        if d in known and d != template.dtype
+    ]
+
+
+def has_explicit(op: str, prop: str, switch: str) -> bool:
+    """Whether a cell can have explicit cases: an enabled batch-comparing cell of an op whose
+    stock kernel can vary (it has a negative control), or a parity or reference cell."""
+    if prop in VARIANT_PROPERTIES:
+        return switch == "enabled" and bool(OPS[op].controls)
+    return prop in ("parity", "reference")
+
+
+def pending(session: Session, op: str, prop: str, switch: str) -> list[Case]:
+    """The explicit cases of one cell that have not run yet in this session."""
+    done = session.explicit_done.setdefault((op, prop, switch), set())
+    out: list[Case] = []
+    if prop in VARIANT_PROPERTIES and switch == "enabled":
+        for case in variants(session, op):
+            for step in range(SEEDS):
+                ready = _for_entry(session, reseeded(case, step))
+                if ready is not None:
+                    out.append(ready)
+    template = session.dtype_templates.get((op, prop, switch))
+    if prop in ("parity", "reference") and template is None and session.explicit_examples:
+        template = template_for(session, op, prop, switch)
+    if template is not None and prop in ("parity", "reference"):
+        out += dtype_cases(session, op, prop, template)
+    return [c for c in out if repr(c) not in done]
+
+
+def mark_done(session: Session, op: str, prop: str, switch: str, case: Case) -> None:
+    session.explicit_done.setdefault((op, prop, switch), set()).add(repr(case))
+
+
+__all__ = [
+    "MAX_VARIANTS",
+    "SEEDS",
+    "VARIANT_PROPERTIES",
+    "add_variant",
+    "dtype_cases",
+    "has_explicit",
+    "load_variants",
+    "mark_done",
+    "pending",
+    "reseeded",
+    "variant_key",
+    "variants",
+]
+
+
+EXPLICIT_NOTE = (
+    "not shrunk: an explicit example (a case known to matter: stock batch-variant there, or a "
+    "dtype of the contract), small by construction"
+)
+
+
+def template_for(session: Session, op: str, prop: str, switch: str) -> Case | None:
+    """The case a cell's dtype examples are made from: the op's first explicit control example
+    without its batch (its data, before any draw), else the first case the cell judged."""
+    key = (op, prop, switch)
+    if key not in session.dtype_templates and OPS[op].control_examples:
+        from .controls import explicit_cases
+
+        first = explicit_cases(session, op)[0].with_batch(None)
+        session.dtype_templates[key] = first
+    if key not in session.dtype_templates:
+        session.dtype_templates[key] = _simplest(session, op, prop)
+    return session.dtype_templates.get(key)
+
+
+def _simplest(session: Session, op: str, prop: str) -> Case | None:
+    """The simplest case of the cell's strategy with no zero extent (Hypothesis' ``find``: no
+    worker runs, nothing is judged), as a template where the op states no example of its own."""
+    case = _simplest_of(session.strategy(op, prop))
+    return None if case is None else case.with_batch(None)
+
+
+def _simplest_of(strategy) -> Case | None:
+    """The simplest case of ``strategy`` with no zero extent and no special values."""
+    from random import Random
+
+    from hypothesis import HealthCheck, Phase, find, settings
+    from hypothesis.errors import NoSuchExample, Unsatisfiable
+
+    quiet = settings(
+        database=None,
+        max_examples=200,
+        phases=[Phase.generate, Phase.shrink],
+        suppress_health_check=list(HealthCheck),
+        deadline=None,
+    )
+    try:
+        return find(
+            strategy,
+            lambda c: all(extent > 0 for extent in c.shape) and c.values != "special",
+            settings=quiet,
+            random=Random(0),
+        )
+    except (NoSuchExample, Unsatisfiable):
+        return None
+
+
+def run_explicit(
+    session: Session, op: str, prop: str, switch: str, stop_at: float | None = None
+) -> tuple[int, list]:
+    """Run the cell's pending explicit cases (``pending``); return (examples judged, the
+    failures of signatures not settled before: each recorded as a finding, unshrunk, confirmed
+    in a fresh worker). A settled signature met again is skipped (counted), as in a turn. No
+    case starts after ``stop_at`` once one has run."""
+    import time
+
+    from ..runner.controller import DeadlineReached
+
+    if prop in ("parity", "reference"):
+        template_for(session, op, prop, switch)
+    cases = pending(session, op, prop, switch)
+    judged, new = 0, []
+    saved = session.skip_settled, session.shrink_note
+    session.skip_settled, session.shrink_note = True, EXPLICIT_NOTE
+    try:
+        for case in cases:
+            if judged and stop_at is not None and time.monotonic() >= stop_at:
+                break
+            mark_done(session, op, prop, switch, case)
+            session.last_failure = None
+            findings = len(session.findings)
+            try:
+                session.check(op, prop, switch, case)
+            except DeadlineReached:
+                break
+            except Exception:  # recorded by the session (no Hypothesis replay outside a test)
+                failure = session.last_failure
+                if failure is not None and len(session.findings) > findings:
+                    new.append(failure)
+            judged += 1
+    finally:
+        session.skip_settled, session.shrink_note = saved
+    return judged, new
