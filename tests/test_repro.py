@@ -42,6 +42,13 @@ PLANTED_FINDINGS = [
         "mismatch",
         mm_case(1, 8, 5, batch=Batch(0, (Companion(7, 63),))),
     ),
+    (  # the needle (1 row) and the batch (5 rows) agree; a window of 2 rows does not
+        "planted_even_rows",
+        "batch_invariance",
+        "enabled",
+        "mismatch",
+        mm_case(1, 8, 5, batch=Batch(0, (Companion(7, 4),))),
+    ),
     ("planted_wrong_result", "reference", "enabled", "mismatch", mm_case(2, 1, 3)),
     ("planted_switch_leak", "routing", "disabled", "mismatch", mm_case(2, 4, 3)),
     (
@@ -134,6 +141,8 @@ def test_planted_finding_yields_a_standalone_reproducer(
             failed, found_kind = True, failure.kind
         assert failed, f"the planted bug of {library} did not show on {case!r}"
         assert found_kind == kind
+        if library == "planted_even_rows":
+            assert "inside the batch's first 2 of 5 rows" in verdict.message, verdict.message
         finding = Finding(library, "mm", prop, switch, kind, repr(case), "planted", True)
         script = session.write_reproducer(finding, case)
     finally:

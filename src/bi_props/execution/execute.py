@@ -248,6 +248,28 @@ def _same_bits(a: Call, b: Call) -> bool:
     )
 
 
+def _window_logical(case: Case, window: _Window) -> list[Any]:
+    """A window's logical operands on the CPU (layouts not applied): a reproducer's tensors."""
+    if window.args is not None:
+        return [t.to("cpu") for t in window.args]
+    return operands(window.case, window.samples, "cpu", layouts=False)
+
+
+def _failing_window(case: Case, target: Target) -> _Window | None:
+    """The first window of the case's batch whose rows differ from the whole batch's (as
+    ``observe_batch_invariance`` finds it), or None."""
+    batch = batch_samples(case)
+    logical = operands(case, batch, target.device, layouts=False)
+    result, _ = _invoke(case, _laid_out(case, logical), [rows for _, rows in batch])
+    if result is None:
+        return None
+    for window in batch_windows(case, logical):
+        mine, inside, _ = _window_calls(case, target, window, result)
+        if not _same_bits(mine, inside):
+            return window
+    return None
+
+
 def _judge_windows(
     case: Case,
     target: Target,
@@ -520,6 +542,15 @@ def export(prop: str, case: Case, target: Target) -> dict[str, Any]:
     if case.batch is not None:
         exported["offset"], exported["rows"] = info.needle_output(case)
         exported["output_batch_axes"] = list(info.output_batch_axes)
+    if prop == "batch_invariance" and case.batch is not None:
+        window = _failing_window(case, target)
+        if window is not None:  # the first window whose rows differ from the batch's
+            exported["groups"]["window"] = {
+                "lengths": [rows for _, rows in window.samples],
+                "tensors": [_exported_tensor(t) for t in _window_logical(case, window)],
+                "pairs": [list(p) for p in window.pairs],
+                "label": window.label,
+            }
     if prop == "row_permutation" and case.batch is not None:
         plan = _permutation(case)
         tensors = _permuted_operands(case, plan, "cpu", layouts=False)

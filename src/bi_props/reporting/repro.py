@@ -171,8 +171,20 @@ def _experiment(prop: str, case: Case, exported: dict[str, Any]) -> str:
     if prop in ("batch_invariance", "logprobs"):
         rows, offset = exported.get("rows", case.shape[0]), exported["offset"]
         axes = exported["output_batch_axes"]
+        window = groups.get("window")
+        if window is not None:  # the first window of the batch whose rows differed
+            lines += [
+                f"WINDOW = {_tensors_source(window, case.layouts)}  # {window['label']}",
+                f"WINDOW_LENGTHS = {window['lengths']!r}",
+                f"PAIRS = {window['pairs']!r}  # (offset in WINDOW's output, in BATCH's, rows)",
+                f"WINDOW_LABEL = {window['label']!r}",
+            ]
         lines.append(
             textwrap.dedent(f"""
+            def gather(t, axis, spans):
+                return torch.cat([t.narrow(axis, at, n) for at, n in spans], dim=axis)
+
+
             def violated():
                 alone = outputs(op(ALONE, ALONE_LENGTHS))
                 batch = outputs(op(BATCH, BATCH_LENGTHS))
@@ -181,6 +193,13 @@ def _experiment(prop: str, case: Case, exported: dict[str, Any]) -> str:
                     rows = b.narrow(axis, {offset}, {rows})
                     bad |= differ(rows, a, f"output {{i}}: needle rows in a batch of "
                                   f"{{len(BATCH_LENGTHS)}} (actual) vs alone (desired)")
+                if "WINDOW" in globals():
+                    window = outputs(op(WINDOW, WINDOW_LENGTHS))
+                    for i, (w, b, axis) in enumerate(zip(window, batch, {axes!r})):
+                        inside = gather(b, axis, [(at, n) for _, at, n in PAIRS])
+                        mine = gather(w, axis, [(at, n) for at, _, n in PAIRS])
+                        bad |= differ(inside, mine, f"output {{i}}: rows inside the batch "
+                                      f"(actual) vs inside {{WINDOW_LABEL}} (desired)")
                 return bad
             """)
         )
