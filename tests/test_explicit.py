@@ -10,7 +10,7 @@ from hypothesis.database import InMemoryExampleDatabase
 from bi_props.campaigns import explicit
 from bi_props.campaigns.fuzz import Cell, run_slice
 from bi_props.campaigns.session import Session
-from bi_props.model.case import PARITY_DTYPES, Batch, Case, Companion
+from bi_props.model.case import PARITY_DTYPES, Batch, Case, Companion, parse_case
 from bi_props.model.properties import Verdict
 from bi_props.model.space import parse
 
@@ -100,6 +100,44 @@ def test_a_known_variant_case_that_fails_is_a_finding_before_any_draw():
     ran = run_slice(session, cell, 5, None, seed=1)
     assert drawn[0] == known and ran >= explicit.SEEDS
     [finding] = session.findings
-    assert finding.case == repr(known) and finding.shrink == explicit.EXPLICIT_NOTE
+    # shrunk by Hypothesis from the explicit case: every knob to its simplest but the one the
+    # failure needs (a companion of 255 rows)
+    shrunk = parse_case(finding.case)
+    assert shrunk.shape == (1, 1, 1) and [c.rows for c in shrunk.batch.companions] == [255]
+    assert finding.shrink.startswith("shrunk by Hypothesis from an explicit example"), finding
     assert finding.reproduced_in_fresh_process is True
     assert session.judged[("mm", "batch_invariance", "enabled")] == ran
+
+
+def test_the_shrinks_replay_of_a_case_is_the_case_itself():
+    """A case's choice sequence under ``reductions`` draws that very case: the shrink starts
+    from it (a transposed bf16 case, three companions, the needle last)."""
+    from hypothesis import HealthCheck, Phase, given, settings
+    from hypothesis import strategies as st
+    from hypothesis.database import InMemoryExampleDatabase, choices_to_bytes
+
+    from bi_props.campaigns.shrink import choices_of, reductions
+
+    base = replace_batch(_mm(3, (15, 255, 7)), position=2)
+    base = Case("mm", "torch.mm", "bfloat16", (3, 32, 8), ("transposed", "offset"), "wide", 5,
+                batch=base.batch, padded=0)  # fmt: skip
+    database, key, seen = InMemoryExampleDatabase(), b"replay", []
+    database.save(key + b".secondary", choices_to_bytes(choices_of(base)))
+
+    @settings(database=database, phases=[Phase.reuse], max_examples=1, deadline=None,
+              suppress_health_check=list(HealthCheck))  # fmt: skip
+    @given(st.data())
+    def replay(data):
+        seen.append(data.draw(reductions(base)))
+        raise AssertionError  # interesting: Hypothesis keeps it (and stops)
+
+    replay._hypothesis_internal_database_key = key
+    try:
+        replay()
+    except AssertionError:
+        pass
+    assert seen[0] == base
+
+
+def replace_batch(case: Case, position: int) -> Case:
+    return case.with_batch(Batch(position, case.batch.companions))

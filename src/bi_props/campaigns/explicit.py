@@ -263,12 +263,18 @@ def _simplest_of(strategy) -> Case | None:
 
 
 def run_explicit(
-    session: Session, op: str, prop: str, switch: str, stop_at: float | None = None
+    session: Session,
+    op: str,
+    prop: str,
+    switch: str,
+    stop_at: float | None = None,
+    shrink_end: float | None = None,
 ) -> tuple[int, list]:
     """Run the cell's pending explicit cases (``pending``); return (examples judged, the
-    failures of signatures not settled before: each recorded as a finding, unshrunk, confirmed
-    in a fresh worker). A settled signature met again is skipped (counted), as in a turn. No
-    case starts after ``stop_at`` once one has run."""
+    failures of signatures not settled before: each shrunk by Hypothesis from the explicit case
+    (until ``shrink_end``), recorded as a finding and confirmed in a fresh worker). A settled
+    signature met again is skipped (counted), as in a turn. No case starts after ``stop_at``
+    once one has run."""
     import time
 
     from ..runner.controller import DeadlineReached
@@ -277,7 +283,7 @@ def run_explicit(
         template_for(session, op, prop, switch)
     cases = pending(session, op, prop, switch)
     judged, new = 0, []
-    saved = session.skip_settled, session.shrink_note
+    saved = session.skip_settled, session.shrink_note, session.defer_finalize
     session.skip_settled, session.shrink_note = True, EXPLICIT_NOTE
     try:
         for case in cases:
@@ -285,16 +291,30 @@ def run_explicit(
                 break
             mark_done(session, op, prop, switch, case)
             session.last_failure = None
-            findings = len(session.findings)
+            session.defer_finalize = True
             try:
                 session.check(op, prop, switch, case)
             except DeadlineReached:
                 break
-            except Exception:  # recorded by the session (no Hypothesis replay outside a test)
+            except Exception:  # a new failure: shrunk by Hypothesis, then recorded
                 failure = session.last_failure
-                if failure is not None and len(session.findings) > findings:
+                if failure is not None and not session.recorded(failure):
+                    session.defer_finalize = False
+                    _record_shrunk(session, failure, shrink_end)
                     new.append(failure)
             judged += 1
     finally:
-        session.skip_settled, session.shrink_note = saved
+        session.skip_settled, session.shrink_note, session.defer_finalize = saved
     return judged, new
+
+
+def _record_shrunk(session: Session, failure, stop_at: float | None) -> None:
+    """Shrink an explicit example's failure (campaigns/shrink.py) and record it."""
+    from .shrink import shrink
+
+    shrunk, how = shrink(session, failure, stop_at)  # judges candidates, records nothing
+    session.shrink_note = ""
+    try:
+        session.finalize(shrunk, shrink=how)
+    finally:
+        session.shrink_note = EXPLICIT_NOTE

@@ -178,6 +178,9 @@ def run_slice(
     # are recorded as still failing). Later turns skip settled signatures instead of stopping at
     # them, and do not replay the database: a skipped failure would be deleted from it.
     first_turn = cell.turns == 0
+    from . import hangs  # hang suspicion: a hang shows in seconds (campaigns/hangs.py)
+
+    hangs.suspect_hangs(session)
     cell.turns += 1
     if first_turn and cell.prop == "reference" and hasattr(session, "swept"):
         # once per campaign: every 16-bit pattern through an elementwise op
@@ -191,7 +194,7 @@ def run_slice(
         from .explicit import run_explicit
 
         judged, explicit_new = run_explicit(
-            session, cell.op, cell.prop, cell.switch, stop_at=turn_end
+            session, cell.op, cell.prop, cell.switch, stop_at=turn_end, shrink_end=stop_at
         )
         count += judged
         if any(retires(f) for f in explicit_new):
@@ -219,9 +222,11 @@ def run_slice(
     )
     @given(data=st.data())
     def slice_test(data):
-        nonlocal count
+        nonlocal count, stop_why
         case = data.draw(strategy, label="case")
         past_end = stop_at is not None and time.monotonic() >= stop_at
+        if smallest and not past_end and hangs.confirmation_due(session, smallest.values()):
+            past_end, stop_why = True, hangs.CONFIRMATION_WHY  # its full-timeout confirmation
         if smallest and past_end and not is_final_replay():  # the final replay records itself
             raise BudgetSpent()
         if not smallest and count and turn_end is not None and time.monotonic() >= turn_end:
@@ -327,6 +332,7 @@ def run_slice(
         if first_failure:
             cell.shrink_s += time.monotonic() - first_failure[0]
     new = [failure for signature, failure in smallest.items() if not settled[signature]]
+    new = [failure for failure in new if not hangs.noted(session, failure)]  # no finding
     new = explicit_new + new
     skipped_now = skipped.get((cell.op, cell.prop, cell.switch), 0) > skipped_before
     met_known = skipped_now or any(settled.values())

@@ -55,6 +55,17 @@ session (0 in the space turns it off)."""
 CROSS_PROCESS_START_LEFT_S = 10.0
 """The second worker is not started when less than this is left of a campaign's budget."""
 FLAKY = "flaky"  # a failure that did not happen again when Hypothesis replayed the same case
+STRICT_CONTRACT_ENV = "BI_PROPS_STRICT_CONTRACT"
+"""Set to 1 (``bi-props fuzz --strict-contract``): the sessions of the run record
+``strict_contract``, so that a contract widening (parity's kind ``widening``: the switch-on
+kernel accepts what stock refuses) fails the run (``reporting.data.exit_status``)."""
+
+
+def strict_contract_requested() -> bool:
+    import os
+
+    return os.environ.get(STRICT_CONTRACT_ENV, "") == "1"
+
 
 # report.json's "status": a plain string, set in one place per run (Session.status, or the
 # campaign's Ledger.status). "running" while the run is on; others may add values.
@@ -183,6 +194,9 @@ class Session:
     last_failure: Failure | None = field(default=None, repr=False)
     status: str = STATUS_RUNNING  # report.json's "status"; close() turns "running" to "complete"
     strict_controls: bool = False  # a control that saw no variance is a failure (reports say so)
+    # A contract widening (parity, kind "widening") fails the run (exit 1); else it is reported
+    # apart as "accepts more than stock". Default: STRICT_CONTRACT_ENV (bi-props fuzz sets it).
+    strict_contract: bool = field(default_factory=strict_contract_requested)
     # Errors of bi_props that are no finding of one case (e.g. a search that could not run).
     internal_errors: list[str] = field(default_factory=list)
     # Failure signatures skipped (not raised) because they were settled: (op, prop, switch) -> n.
@@ -223,6 +237,9 @@ class Session:
     shrink_note: str = field(default="", repr=False)
     # Whether cells run their explicit examples before drawing (campaigns/explicit.py).
     explicit_examples: bool = True
+    # On: a failure is remembered (``last_failure``) but not recorded at once: the caller
+    # shrinks it first (campaigns/shrink.py), then records it.
+    defer_finalize: bool = field(default=False, repr=False)
     # The floor of evidence (campaigns/evidence.py) on every cell the space has (a campaign:
     # a cell it did not run is thin), or on the cells that ran only (pytest: a user's -k
     # selection leaves cells out on purpose).
@@ -235,6 +252,8 @@ class Session:
     judged: dict[tuple, int] = field(default_factory=dict, repr=False)
     order_blind: dict[tuple, int] = field(default_factory=dict, repr=False)
     rows_judged: dict[tuple, int] = field(default_factory=dict, repr=False)
+    # Suspected hangs the fresh process did not confirm: notes, not findings (campaigns/hangs.py)
+    hang_suspicions: list[dict] = field(default_factory=list)
 
     def __repr__(self) -> str:  # Hypothesis prints the fixture in every falsifying example
         return f"<bi_props session: target {self.target!r}, space {self.space.source}>"
@@ -596,7 +615,7 @@ class Session:
         self._failed_cases[(failure.op, failure.prop, failure.switch, repr(failure.case))] = (
             failure.signature()
         )
-        if is_final_replay():
+        if is_final_replay() and not self.defer_finalize:
             self.finalize(failure, shrink=self.shrink_note or "complete")
 
     def finalize(
@@ -633,7 +652,14 @@ class Session:
             )
         else:
             reproduced, confirmation = None, "not confirmed: not re-run in a fresh process"
+        from .hangs import settle_suspicion  # a suspected hang needs the full timeout's word
+
+        noted, confirmation = settle_suspicion(
+            self, failure, confirm_kind, reproduced, confirmation, shrink
+        )
         _note(f"Fresh worker process: {confirmation}")
+        if noted:  # not confirmed: a note in report.json's hang_suspicions, no finding
+            return
         finding = Finding(
             self.target,
             op,
@@ -849,6 +875,7 @@ class Session:
             "not_covered": [{"op": op, "reason": why} for op, why in self.not_covered.items()],
             "routing_not_observable": [
                 {"op": op, "switch": switch, "reason": why}
+                | ({"declared": True} if op in (self._hello_field("unobservable") or {}) else {})
                 for (op, switch), why in self.unobservable.items()
             ],
             "unclaimed": [{"op": op, **entry} for op, entry in self.unclaimed.items()],
@@ -859,6 +886,7 @@ class Session:
             "known": self.known_status,
             "status": self.status,
             "strict_controls": self.strict_controls,
+            "strict_contract": self.strict_contract,
             "internal_errors": list(self.internal_errors),
             "degenerate": self.degenerate_summary(),
             "batch_reach": [
@@ -869,6 +897,7 @@ class Session:
             "sweeps": list(self.sweeps),
             "switching": self.switching or {"ok": None, "message": "not judged yet"},
             "evidence": session_evidence(self),
+            "hang_suspicions": list(self.hang_suspicions),
         }
 
     def degenerate_summary(self) -> dict[str, Any]:
