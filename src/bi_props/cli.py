@@ -1,9 +1,11 @@
 """The ``bi-props`` command: fuzz | scenarios | doctor | repro | promote | report.
 
 Exit status: 0 clean, 1 findings (or, for doctor, a target that cannot run; or, with
---strict-controls, a negative control that saw no variance), 2 usage errors (and a target that
-cannot start), 3 no trustworthy verdict: bi_props itself failed (a finding of kind internal),
-or a campaign ran no enabled-state cell (status incomplete).
+--strict-controls, a negative control that saw no variance; or, with --strict-contract, a
+contract widening: the switch-on kernel accepts what stock refuses), 2 usage errors (and a
+target that cannot start), 3 no trustworthy verdict: bi_props itself failed (a finding of kind
+internal), a campaign ran no enabled-state cell (status incomplete), or routing was never
+observed for a claimed op that the target does not declare unobservable.
 """
 
 from __future__ import annotations
@@ -104,6 +106,12 @@ def _parser() -> argparse.ArgumentParser:
         "--strict-controls",
         action="store_true",
         help="a negative control that saw no batch variance fails the run (exit 1)",
+    )
+    fuzz.add_argument(
+        "--strict-contract",
+        action="store_true",
+        help="a contract widening (parity: the switch-on kernel returns where stock raises, "
+        'reported as "accepts more than stock") fails the run (exit 1)',
     )
     fuzz.add_argument(
         "--max-findings",
@@ -492,8 +500,9 @@ def _fuzz(args: argparse.Namespace) -> int:
         lock = OutputLock(args.out)
     except OutputLocked as exc:
         return _usage(str(exc))
-    with lock, _provider(args.switch):
+    with lock, _provider(args.switch), _strict_contract(args.strict_contract):
         code = _run_fuzz(args, space, known, targets)
+    code = _contract_widenings(args.out, args.strict_contract, code)
     if args.strict_controls and code in (0, 130):
         blind = _blind_controls(args.out)
         if blind:
@@ -552,6 +561,46 @@ class OutputLock:
 
     def __exit__(self, *exc: object) -> None:
         os.close(self.fd)  # releases the lock; the file stays (it only names the last holder)
+
+
+@contextmanager
+def _strict_contract(strict: bool) -> Iterator[None]:
+    """The campaign's sessions read ``--strict-contract`` from BI_PROPS_STRICT_CONTRACT (and
+    record it in the report): set it for the run, then put back what was there."""
+    from .campaigns.session import STRICT_CONTRACT_ENV
+
+    before = os.environ.get(STRICT_CONTRACT_ENV)
+    os.environ[STRICT_CONTRACT_ENV] = "1" if strict else "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(STRICT_CONTRACT_ENV, None)
+        else:
+            os.environ[STRICT_CONTRACT_ENV] = before
+
+
+def _contract_widenings(out: Path, strict: bool, code: int) -> int:
+    """The console's lines on contract widenings ("accepts more than stock"), each with its
+    case; with ``--strict-contract`` they fail a run that had not failed (a Ray campaign's
+    report does not record the flag, so it is applied here as well)."""
+    from .reporting.data import widening_line, widenings
+
+    try:
+        report = json.loads((out / "report.json").read_text())
+    except (OSError, ValueError):
+        return code
+    report["strict_contract"] = strict
+    wider = widenings(report)
+    for status in wider:
+        print(f"bi-props: {widening_line(status, report)}", file=sys.stderr)
+    if strict and wider and code in (0, 130):
+        print(
+            f"bi-props: --strict-contract: {len(wider)} contract widening(s): the run fails",
+            file=sys.stderr,
+        )
+        return 1
+    return code
 
 
 def _blind_controls(out: Path) -> list[str]:

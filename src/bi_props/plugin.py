@@ -69,6 +69,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "summary and the report, not failed)",
     )
     group.addoption(
+        "--bi-strict-contract",
+        action="store_true",
+        default=False,
+        help="a contract widening (parity: the switch-on kernel returns where stock raises) "
+        'fails its test (default: reported as "accepts more than stock", xfail)',
+    )
+    group.addoption(
         "--bi-regressions",
         default=None,
         metavar="PATH",
@@ -139,6 +146,7 @@ class BiPropsState:
             self._session.report_path = _report_path(self.config)
             self._session.known = self.known
             self._session.strict_controls = self.config.getoption("bi_strict_controls")
+            self._session.strict_contract = self.config.getoption("bi_strict_contract")
             # A known failure (by full signature) is recorded once and skipped: the cell keeps
             # exploring for other signatures instead of ending at the known one.
             self._session.skip_settled = bool(self._session.known)
@@ -405,6 +413,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
         return report
     if not found or report.skipped:
         return report
+    from .reporting.data import ACCEPTS_MORE, WIDENING
+
+    wider = [f for f in found if f.kind == WIDENING and f.status != "known"]
+    if wider and not session.strict_contract and all(f.kind == WIDENING for f in found):
+        report.outcome = "skipped"  # reported apart: not a failure without --bi-strict-contract
+        report.wasxfail = f"{ACCEPTS_MORE} (--bi-strict-contract fails on it): " + "; ".join(
+            f.case for f in wider
+        )
+        return report
     if all(f.status == "known" for f in found):
         reasons = []
         for f in found:
@@ -612,7 +629,15 @@ def _summarize(state: BiPropsState, out: SummaryLines) -> None:
         ok, message = session.switching.get("ok"), str(session.switching.get("message", ""))
         verdict = {True: "holds", False: "FAILS", None: ""}[ok]
         out.line(f"switching: {verdict or (message.splitlines() or [''])[0]}", red=ok is False)
+    from dataclasses import asdict
+
+    from .reporting.data import FindingStatus, widening_line
+
     for f in session.findings:
+        if f.kind == "widening" and f.status != "known":  # "accepts more than stock"
+            line = widening_line(FindingStatus(asdict(f), f.status), report)
+            out.line(line, yellow=not session.strict_contract, red=session.strict_contract)
+            continue
         loud = "INTERNAL ERROR (a bug of bi_props) " if f.kind == "internal" else ""
         out.line(
             f"{loud}finding: {f.op} {f.property} [{f.switch}] {f.kind} "

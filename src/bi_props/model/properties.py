@@ -20,7 +20,8 @@ from .observation import Call, Hello, Observation
 class Verdict:
     ok: bool
     message: str = ""
-    kind: str = "mismatch"  # "mismatch" | "error" | "not_covered" | "not_observable"
+    # "mismatch" | "error" | "not_covered" | "not_observable" | "widening" (parity)
+    kind: str = "mismatch"
     error_type: str | None = None
     # reference only: at the element that used most of its allowed slack, the distance from the
     # reference rounded once and the slack allowed there, in ulps of the output dtype.
@@ -323,9 +324,27 @@ def _not_observable(message: str) -> Verdict:
     return Verdict(False, message, "not_observable")
 
 
+WIDENING = "widening"
+"""Parity's verdict kind for a contract the switch widened: the switch-on kernel returns where
+stock raises. Recorded, shrunk and confirmed like any failure, and reported apart as "accepts
+more than stock"; it fails the run only under ``--strict-contract`` (``reporting.data``)."""
+
+
 def parity(enabled: Observation, disabled: Observation) -> Verdict:
-    """Switching on changes no contract: raising, exception type, dtype, shape, device."""
+    """Switching on changes no contract: raising, exception type, dtype, shape, device. It has a
+    direction: narrowing (the switch-on call raises where stock returns, raises another
+    exception type, or returns another dtype, shape or device) is a failure; widening (the
+    switch-on call returns where stock raises) is a verdict of kind ``widening``."""
     a, b = enabled.calls["op"], disabled.calls["op"]
+    if b.raised and not a.raised:
+        assert a.outputs is not None
+        returned = [(o.dtype, list(o.shape), o.device) for o in a.outputs]
+        return _fail(
+            "contract widening (accepts more than stock): enabled returned normally "
+            f"{returned}; disabled (stock) raised {b.describe_error()}",
+            WIDENING,
+            b.error_type,
+        )
     if a.raised != b.raised or a.error_type != b.error_type:
         return _fail(
             "contract parity: enabled "

@@ -94,6 +94,42 @@ NO_ROUTING_VERDICT = (
 )
 
 
+WIDENING = "widening"  # parity's kind for a contract the switch widened (model.properties)
+ACCEPTS_MORE = "accepts more than stock"
+
+
+def strict_contract(report: dict[str, Any]) -> bool:
+    """Whether the run was asked to fail on a contract widening (``--strict-contract``,
+    ``--bi-strict-contract``): recorded in the report as ``strict_contract``."""
+    return bool(report.get("strict_contract"))
+
+
+def fails_run(status: FindingStatus, report: dict[str, Any]) -> bool:
+    """An open finding that fails the run (exit 1): every failing one, except a contract
+    widening (kind ``widening``: the switch-on kernel returns where stock raises), which is
+    reported apart as "accepts more than stock" unless the report says strict contract."""
+    return status.failing and (status.finding.get("kind") != WIDENING or strict_contract(report))
+
+
+def widenings(report: dict[str, Any], statuses: list[FindingStatus] | None = None) -> list:
+    """The open findings of kind ``widening`` ("accepts more than stock"), strict or not."""
+    statuses = finding_statuses(report) if statuses is None else statuses
+    return [s for s in statuses if s.failing and s.finding.get("kind") == WIDENING]
+
+
+def widening_line(status: FindingStatus, report: dict[str, Any]) -> str:
+    """ "ACCEPTS MORE THAN STOCK: silu parity [both] (RuntimeError from stock): case" ."""
+    f = status.finding
+    what = cell_name(f.get("op"), f.get("property"), f.get("switch"))
+    stock = f" (stock raised {f['error_type']})" if f.get("error_type") else ""
+    strict = (
+        "fails the run: --strict-contract"
+        if strict_contract(report)
+        else "not a failure; --strict-contract fails on it"
+    )
+    return f"{ACCEPTS_MORE.upper()}: {what}{stock} ({strict}): {f.get('case')}"
+
+
 def exit_status(report: dict[str, Any], interrupted: bool = False) -> int:
     """The verdict classes and the exit status they give, for ``bi-props fuzz`` and the pytest
     plugin alike (README, docs/campaigns.md):
@@ -103,7 +139,8 @@ def exit_status(report: dict[str, Any], interrupted: bool = False) -> int:
     - 1: an open finding (not known, or a regression): a mismatch, crash, timeout, error,
       flaky, switch leak, or a ``promise`` finding (an op the target does not swap,
       batch-variant with the switch on, under a switch that promises batch-invariant
-      inference);
+      inference); a ``widening`` (the switch-on kernel accepts what stock refuses) only with
+      ``strict_contract`` (``fails_run``), else it is reported as "accepts more than stock";
     - 130: interrupted without findings;
     - 3: no verdict: no enabled-state cell ran (``incomplete``), routing was not observable
       for any op (``no_routing_verdict``), or the evidence is thin (``thin_evidence``);
@@ -116,7 +153,7 @@ def exit_status(report: dict[str, Any], interrupted: bool = False) -> int:
         return 3
     if report.get("internal_errors"):
         return 3
-    if any(s.failing for s in statuses):
+    if any(fails_run(s, report) for s in statuses):
         return 1
     if interrupted:
         return 130
@@ -335,9 +372,10 @@ class ReportData:
         observable" for a passed cell whose routing could not be seen."""
         key = (cell["target"], cell["op"], cell["property"], cell["switch"])
         found = self.cell_findings(*key)
-        status = ", ".join(sorted({s.status for s in found})) or (
-            "passed" if cell.get("examples") else "not run"
-        )
+        wider = {id(s) for s in widenings(self.report, found) if not fails_run(s, self.report)}
+        status = ", ".join(
+            sorted({ACCEPTS_MORE if id(s) in wider else s.status for s in found})
+        ) or ("passed" if cell.get("examples") else "not run")
         if status == "passed" and self.unobservable(*key):
             status = "routing not observable"
         return status, found

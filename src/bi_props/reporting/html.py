@@ -12,6 +12,7 @@ from .data import (
     blind_controls,
     cell_name,
     control_seen_cell,
+    fails_run,
     fresh_process,
     round_counts,
 )
@@ -62,7 +63,7 @@ def render(data: ReportData, plots: bool = True) -> str:
     r = data.report
     campaign = r.get("campaign") or {}
     parts: list[str] = []
-    failing = [s for s in data.statuses if s.failing]
+    failing = [s for s in data.statuses if fails_run(s, r)]
     title = f"bi_props campaign: {', '.join(data.targets)}"
     parts.append(f"<h1>{escape(title)}</h1>")
     parts.append(f'<p class="verdict"><b>Verdict.</b> {escape(verdict_line(data))}</p>')

@@ -7,6 +7,8 @@ budget never reached, ops the target does not claim) or nothing (passed); ``<sys
 how many examples ran; a finding of kind ``internal`` (a bug of bi_props) is an ``<error>``.
 Negative controls are testcases: one that saw no variance (blind) is ``<skipped>``, or a
 ``<failure>`` when the run was strict (``strict_controls``); their output says what they saw.
+A contract widening (kind ``widening``, "accepts more than stock") is ``<skipped>`` with its case,
+or a ``<failure>`` when the run was strict (``strict_contract``).
 """
 
 from __future__ import annotations
@@ -15,7 +17,16 @@ import socket
 import xml.etree.ElementTree as ET
 from datetime import datetime, timezone
 
-from .data import BLIND_CONTROL, ReportData, cell_name, fresh_process, unclaimed_text
+from .data import (
+    ACCEPTS_MORE,
+    BLIND_CONTROL,
+    ReportData,
+    cell_name,
+    fails_run,
+    fresh_process,
+    unclaimed_text,
+    widenings,
+)
 from .markdown import first_line
 
 
@@ -52,8 +63,9 @@ def render(data: ReportData) -> str:
             counts["tests"] += 1
             suite_time += seconds
             found = data.cell_findings(target, op, prop, switch)
-            failing = [s for s in found if s.failing]
+            failing = [s for s in found if fails_run(s, r)]
             known = [s for s in found if s.status == "known"]
+            wider = widenings(r, found)
             if failing:
                 head = failing[0].finding
                 internal = any(s.finding.get("kind") == "internal" for s in failing)
@@ -75,6 +87,17 @@ def render(data: ReportData) -> str:
                         f"case: {s.finding.get('case')}\n\n{s.finding.get('message')}"
                         for s in failing
                     )
+                )
+            elif wider:
+                counts["skipped"] += 1
+                ET.SubElement(
+                    case,
+                    "skipped",
+                    message=_safe(
+                        f"{ACCEPTS_MORE} (not a failure without --strict-contract): "
+                        f"{first_line(wider[0].finding.get('message'))}; case: "
+                        f"{wider[0].finding.get('case')}"
+                    ),
                 )
             elif known:
                 counts["skipped"] += 1

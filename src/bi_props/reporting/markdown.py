@@ -4,15 +4,19 @@ from __future__ import annotations
 
 from ..model.batch_reach import merge_reach
 from .data import (
+    ACCEPTS_MORE,
     BLIND_CONTROL,
     ReportData,
     blind_controls,
     cell_name,
     control_seen_cell,
+    fails_run,
     fresh_process,
     no_routing_verdict,
     round_counts,
+    strict_contract,
     unclaimed_text,
+    widenings,
 )
 from .verdict import verdict_line
 
@@ -89,9 +93,12 @@ def render(data: ReportData) -> str:
     r = data.report
     campaign = r.get("campaign") or {}
     throughput = campaign.get("throughput") or {}
-    failing = [s for s in data.statuses if s.failing]
+    failing = [s for s in data.statuses if fails_run(s, r)]
     out: list[str] = []
     verdict = f"{len(failing)} open finding(s)" if failing else "no open findings"
+    wider = widenings(r, data.statuses)
+    if wider:
+        verdict += f"; {ACCEPTS_MORE}: {len(wider)}"
     if r.get("status") == "incomplete":
         verdict = "INCOMPLETE: no enabled-state cell ran, no verdict; " + verdict
     if no_routing_verdict(r):
@@ -175,6 +182,8 @@ def render(data: ReportData) -> str:
                 out.append(f"Shrinking {f['shrink']}.\n")
             out.append("```python\n" + str(f.get("case", "")) + "\n```\n")
             out.append("```\n" + str(f.get("message", "")).rstrip() + "\n```\n")
+
+    out.extend(_accepts_more(r, wider))
 
     out.append("## Negative controls (switch off)\n")
     controls = r.get("controls") or []
@@ -283,6 +292,34 @@ def render(data: ReportData) -> str:
             out.append(f"\n{len(rows) - MAX_COVERAGE_ROWS} more rows in report.html.")
         out.append("")
     return "\n".join(out) + "\n"
+
+
+def _accepts_more(r: dict, wider: list) -> list[str]:
+    """The contract widenings (parity's kind ``widening``: the switch-on kernel returns where
+    stock raises), apart from the failures: each with its case. They fail the run only under
+    ``--strict-contract``."""
+    if not wider:
+        return []
+    how = (
+        "**--strict-contract: these fail the run (exit 1).**"
+        if strict_contract(r)
+        else "Not failures (exit 0 on their own); `--strict-contract` fails on them."
+    )
+    out = [
+        f"## {ACCEPTS_MORE[0].upper()}{ACCEPTS_MORE[1:]} (contract widening)\n",
+        "With the switch on the op returns a result where stock PyTorch raises: the kernels "
+        f"accept more than the op's contract. {how}\n",
+    ]
+    for s in wider:
+        f = s.finding
+        stock = f" (stock raised {f['error_type']})" if f.get("error_type") else ""
+        out.append(
+            f"- {_cell(f.get('target', r.get('target')))} "
+            f"{cell_name(f.get('op'), f.get('property'), f.get('switch'))}{stock}, "
+            f"{fresh_process(f)}: `{f.get('case')}`"
+        )
+    out.append("")
+    return out
 
 
 def _crossed(counts: dict) -> str:

@@ -5,12 +5,16 @@ run, unobservable routing, blind controls and unclaimed ops are counted in it.""
 from __future__ import annotations
 
 from .data import (
+    ACCEPTS_MORE,
     ReportData,
     blind_controls,
     cell_name,
+    fails_run,
     inapplicable_controls,
     no_routing_verdict,
+    strict_contract,
     thin_evidence,
+    widenings,
 )
 
 MAX_NAMED = 3
@@ -23,7 +27,7 @@ def verdict_line(data: ReportData) -> str:
     ran = sum(1 for c in data.cells if c.get("examples"))
     examples = r.get("examples_this_run", r.get("examples", 0))
     parts = [f"Ran {ran} of {total} cells ({examples} examples) on {', '.join(data.targets)}"]
-    failing = [s for s in data.statuses if s.failing]
+    failing = [s for s in data.statuses if fails_run(s, r)]
     if failing:
         names = [
             cell_name(s.finding.get("op"), s.finding.get("property"), s.finding.get("switch"))
@@ -33,6 +37,17 @@ def verdict_line(data: ReportData) -> str:
         parts.append(f"FAILED: {len(failing)} open finding(s) ({', '.join(names)}{more})")
     else:
         parts.append("no open findings")
+    wider = widenings(r, data.statuses)
+    if wider:
+        names = [
+            cell_name(s.finding.get("op"), s.finding.get("property"), s.finding.get("switch"))
+            for s in wider[:MAX_NAMED]
+        ]
+        more = ", ..." if len(wider) > MAX_NAMED else ""
+        how = "failing under --strict-contract" if strict_contract(r) else "not failures"
+        parts.append(
+            f"{ACCEPTS_MORE}: {len(wider)} contract widening(s), {how} ({', '.join(names)}{more})"
+        )
     unjudged = []
     if ran == 0 and not data.statuses:
         unjudged.append("nothing ran, so nothing was judged")
