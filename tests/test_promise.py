@@ -145,12 +145,14 @@ def test_routing_not_observable_for_every_op_is_no_verdict_exit_3(monkeypatch):
     report = session.report()
     assert report["routing_observed"] == [] and no_routing_verdict(report)
     assert exit_status(report) == 3
-    # One op observed on evidence: the others are reported, the run has a routing verdict.
+    # One op observed on evidence: the other claimed op still has no routing verdict (exit 3),
+    # unless the target declares its routing unobservable (tests/test_routing_names.py).
     seen = _session(monkeypatch, ("mm", "sum"), True, [blind, Verdict(True)])
     seen.check("mm", "routing", "enabled", _case("mm", 2))
     seen.check("sum", "routing", "enabled", _case("sum", 2))
     assert seen.report()["routing_observed"] == ["sum"]
-    assert exit_status(seen.report()) == 0
+    assert no_routing_verdict(seen.report()) == ["mm"]
+    assert exit_status(seen.report()) == 3
 
 
 def test_claimed_ops_and_other_properties_are_not_recorded_as_unclaimed(monkeypatch):

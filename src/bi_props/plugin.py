@@ -602,7 +602,8 @@ def _summarize(state: BiPropsState, out: SummaryLines) -> None:
     if degenerate_line(report):
         out.line(degenerate_line(report), yellow=True)
     if no_routing_verdict(report):
-        out.line(NO_ROUTING_VERDICT, red=True, bold=True)
+        missing = ", ".join(no_routing_verdict(report))
+        out.line(f"{NO_ROUTING_VERDICT}: {missing}", red=True, bold=True)
     for entry in session.known_status:
         color = {"fixed": {"green": True}, "known": {"yellow": True}}.get(entry["status"], {})
         out.line(

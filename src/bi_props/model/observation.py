@@ -64,6 +64,9 @@ class Hello:
     covered: tuple[str, ...] = ()
     entries: dict[str, tuple[str, ...]] = field(default_factory=dict)
     routes: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    # Ops whose routing the target declares it cannot show, with why (Target.unobservable):
+    # "not observable" there is reported with the reason, and is no missing routing verdict.
+    unobservable: dict[str, str] = field(default_factory=dict)
     environment: dict[str, str] = field(default_factory=dict)
     repro: dict[str, str] = field(default_factory=dict)  # switch state -> switch-on code
     pid: int = 0

@@ -250,11 +250,29 @@ def ulp_line(observed: int, allowed: float) -> str:
     return f"ULPs at the element nearest its bound: observed {observed}, allowed {allowed:.4g}"
 
 
+def event_names(name: str) -> str | None:
+    """The catalogue op a profiler event names, from its name after the target's
+    ``KERNEL_PREFIX``: the op whose name, or one of whose ``aten_names`` (without ``aten::``),
+    it is or starts with followed by ``_`` or ``.`` (``mm``, ``mm_splitk``, ``_log_softmax``);
+    the longest such name wins (``silu_and_mul`` names silu_and_mul, not silu). None: no op."""
+    from .op_registry import OPS
+
+    best: tuple[int, str | None] = (0, None)
+    for spec in OPS.values():
+        for own in (spec.name, *(a.split("::", 1)[-1] for a in spec.aten_names)):
+            if len(own) > best[0] and (name == own or name.startswith((own + "_", own + "."))):
+                best = (len(own), spec.name)
+    return best[1]
+
+
 def routing(obs: Observation, hello: Hello, op: str) -> Verdict:
     """Switch propagation and routing, on positive evidence. Enabled: a covered op must show at
-    least one of the target's own events (its ``ROUTES`` for the op, else any event with its
-    ``KERNEL_PREFIX``) or a passing identity check, and no failing one; no evidence is a failure
-    that says what was looked for. Disabled: none of the target's events, no identity in place.
+    least one of the target's own events for the op (its ``ROUTES`` for the op, else an event
+    with its ``KERNEL_PREFIX`` that names the op: ``event_names``; an event naming another op is
+    no evidence for this one) or a passing identity or dispatcher check, and no failing one; no
+    evidence is a failure that says what was looked for, unless the target declares the op's
+    routing unobservable (``Hello.unobservable``, with its reason): then ``not_observable``.
+    Disabled: none of the target's events (any with its prefix), no identity in place.
     Where nothing can be looked for, the verdict is ``not_observable`` (never a pass). Where a
     switch provider (verl) set the switch, its promises about the environment are checked first."""
     call = obs.calls["op"]
@@ -277,20 +295,24 @@ def routing(obs: Observation, hello: Hello, op: str) -> Verdict:
     expected = tuple(hello.routes.get(op, ()))
     events = call.events
     identity = evidence.get("identity", {})
+    declared = hello.unobservable.get(op)
     if events is None:
         looked_for = ""
     elif expected:
         looked_for = f"one of the events {list(expected)}"
     elif prefix:
-        looked_for = f"an event starting with {prefix!r}"
+        looked_for = f"an event starting with {prefix!r} that names {op}"
     else:
         looked_for = ""
-    ours = [e for e in events or () if e in expected or (prefix and e.startswith(prefix))]
+    leaks = [e for e in events or () if e in expected or (prefix and e.startswith(prefix))]
     if not looked_for and not identity:
-        return _not_observable(
-            f"routing not observable: target {hello.target!r} declares no profiler events for "
-            f"{op} (no ROUTES, no KERNEL_PREFIX) and gives no identity evidence"
+        why = (
+            f"target {hello.target!r} declares it unobservable: {declared}"
+            if declared
+            else f"target {hello.target!r} declares no profiler events for {op} (no ROUTES, no "
+            "KERNEL_PREFIX) and gives no identity evidence"
         )
+        return _not_observable(f"routing not observable: {why}")
     if enabled:
         if call.raised:
             return _fail(f"the op raised {call.describe_error()}", "error", call.error_type)
@@ -302,17 +324,33 @@ def routing(obs: Observation, hello: Hello, op: str) -> Verdict:
         missing = [name for name, ok in identity.items() if not ok]
         if missing:
             return _fail(f"routing: identity check failed: {missing}")
+        if expected:
+            ours = [e for e in leaks if e in expected]
+        else:
+            ours = [e for e in leaks if event_names(e[len(prefix) :]) == op]
         if ours or any(identity.values()):
             return PASS
+        if declared:
+            return _not_observable(
+                f"routing not observable: target {hello.target!r} declares it unobservable: "
+                f"{declared}"
+            )
+        foreign = [
+            f"saw {e}, which names {event_names(e[len(prefix) :]) or 'no catalogue op'}, not {op}"
+            for e in leaks
+            if not expected
+        ]
         seen = list(events or ())
         return _fail(
             f"routing: no evidence that {op} reached target {hello.target!r}'s kernels with the "
             f"switch enabled: looked for {looked_for or 'profiler events (none declared)'} in the "
-            f"profiler events of the call and found none (seen: {seen[:40]}); identity "
-            f"checks: {'none' if not identity else dict(identity)}"
+            f"profiler events of the call and found none"
+            + (f" ({'; '.join(dict.fromkeys(foreign))})" if foreign else "")
+            + f" (seen: {seen[:40]}); identity checks: "
+            f"{'none' if not identity else dict(identity)}"
         )
-    if ours:
-        return _fail(f"switch leak: with the switch disabled the call reached {ours}")
+    if leaks:
+        return _fail(f"switch leak: with the switch disabled the call reached {leaks}")
     leaked = [name for name, ok in identity.items() if ok]
     if leaked:
         return _fail(f"switch leak: with the switch disabled these are swapped: {leaked}")

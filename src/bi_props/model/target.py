@@ -106,6 +106,12 @@ class Target:
         """Per covered op: profiler events of which at least one must appear when enabled."""
         return {}
 
+    def unobservable(self) -> dict[str, str]:
+        """Covered ops whose routing this target cannot show (no event, identity or dispatcher
+        evidence exists for them), each with the reason: their "routing not observable" is
+        reported with it and does not count as a missing routing verdict (exit 3)."""
+        return {}
+
     def switch_state(self) -> dict[str, Any]:
         """Evidence that the switch propagated: what the process itself reports.
 

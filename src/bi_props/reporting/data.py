@@ -74,23 +74,31 @@ def control_seen_cell(control: dict[str, Any]) -> str:
     return "NO (blind)"
 
 
-def no_routing_verdict(report: dict[str, Any]) -> bool:
-    """Routing was not observable for any op with the switch on: every routing [enabled]
-    example that ran was ``not_observable``, so the run says nothing about routing (exit 3).
-    Reports from before ``routing_observed`` was recorded never count."""
+def no_routing_verdict(report: dict[str, Any]) -> list[str]:
+    """The claimed ops whose routing [enabled] ran and was never judged on evidence: every
+    example of theirs was ``not_observable``, so the run cannot say whether the switch reached
+    the target's kernels for them (exit 3). An op the target declares unobservable (its
+    ``UNOBSERVABLE``, entries marked ``declared``) is reported with its reason instead. Names
+    are ``op``, or ``target: op`` in a report of several targets. Reports from before
+    ``routing_observed`` was recorded never count."""
     observed = report.get("routing_observed")
     if observed is None:
-        return False
-    unobservable = [
-        e for e in report.get("routing_not_observable") or [] if e.get("switch") == "enabled"
-    ]
-    return bool(unobservable) and not observed
+        return []
+    missing = []
+    for entry in report.get("routing_not_observable") or []:
+        if entry.get("switch") != "enabled" or entry.get("declared"):
+            continue
+        name = f"{entry['target']}: {entry.get('op')}" if "target" in entry else entry.get("op")
+        if name not in observed and name not in missing:
+            missing.append(name)
+    return missing
 
 
 NO_ROUTING_VERDICT = (
-    "NO ROUTING VERDICT: routing was not observable for any op with the switch on (no profiler "
-    "events, no identity evidence), so the run cannot say whether the switch reached the "
-    "target's kernels (exit 3)"
+    "NO ROUTING VERDICT: routing was never observed with the switch on for a claimed op (no "
+    "profiler event naming it, no identity or dispatcher evidence; each is listed as ROUTING "
+    "NOT OBSERVABLE), so the run cannot say whether the switch reached the target's kernels "
+    "there (exit 3; a target that cannot show an op's routing declares it in UNOBSERVABLE)"
 )
 
 
@@ -142,8 +150,9 @@ def exit_status(report: dict[str, Any], interrupted: bool = False) -> int:
       inference); a ``widening`` (the switch-on kernel accepts what stock refuses) only with
       ``strict_contract`` (``fails_run``), else it is reported as "accepts more than stock";
     - 130: interrupted without findings;
-    - 3: no verdict: no enabled-state cell ran (``incomplete``), routing was not observable
-      for any op (``no_routing_verdict``), or the evidence is thin (``thin_evidence``);
+    - 3: no verdict: no enabled-state cell ran (``incomplete``), routing was never observed
+      for a claimed op not declared unobservable (``no_routing_verdict``), or the evidence is
+      thin (``thin_evidence``);
     - 0: otherwise.
     """
     statuses = finding_statuses(report)

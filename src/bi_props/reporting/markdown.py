@@ -101,8 +101,9 @@ def render(data: ReportData) -> str:
         verdict += f"; {ACCEPTS_MORE}: {len(wider)}"
     if r.get("status") == "incomplete":
         verdict = "INCOMPLETE: no enabled-state cell ran, no verdict; " + verdict
-    if no_routing_verdict(r):
-        verdict = "NO ROUTING VERDICT: routing not observable for any op; " + verdict
+    missing = no_routing_verdict(r)
+    if missing:
+        verdict = f"NO ROUTING VERDICT for {', '.join(missing)}; " + verdict
     if campaign.get("stopped_early"):
         verdict += f"; stopped early {campaign['stopped_early']}"
     not_run = campaign.get("cells_not_run")
@@ -238,9 +239,10 @@ def render(data: ReportData) -> str:
     if r.get("routing_not_observable"):
         out.append("## Routing not observable (not a pass)\n")
         for n in r["routing_not_observable"]:
+            declared = " (declared by the target)" if n.get("declared") else ""
             out.append(
-                f"- {n.get('target', r.get('target'))} `{n.get('op')}` [{n.get('switch')}]: "
-                f"{n.get('reason')}"
+                f"- {n.get('target', r.get('target'))} `{n.get('op')}` [{n.get('switch')}]"
+                f"{declared}: {n.get('reason')}"
             )
         out.append("")
 

@@ -85,8 +85,13 @@ def verdict_line(data: ReportData) -> str:
         )
     if r.get("status") == "incomplete":
         line = "INCOMPLETE, no verdict (no enabled-state cell ran). " + line
-    if no_routing_verdict(r):
-        line = "NO ROUTING VERDICT (routing not observable for any op: exit 3). " + line
+    missing = no_routing_verdict(r)
+    if missing:
+        shown = ", ".join(missing[:MAX_NAMED]) + (", ..." if len(missing) > MAX_NAMED else "")
+        line = (
+            f"NO ROUTING VERDICT (routing never observed with the switch on for {len(missing)} "
+            f"claimed op(s): {shown}; exit 3). " + line
+        )
     return line
 
 

@@ -250,6 +250,7 @@ def _load(target_spec: str, switch: str):
             covered=tuple(target.covered()),
             entries=dict(target.entries()),
             routes=dict(target.routes()),
+            unobservable=dict(target.unobservable()),
             environment={
                 **target.environment(),
                 **rows(provided),

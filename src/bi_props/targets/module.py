@@ -21,7 +21,11 @@ The interface a library exposes (documented in the README):
 - optionally ``ENTRIES`` (``{op: (entry, ...)}``) or ``entries()`` returning it: entry points
   that replace an op's own in this target (what its users call);
 - optionally ``evidence(op) -> {check: bool}``: identity checks (is the swapped function in
-  place?) counted as routing evidence, beside the profiler's or the dispatcher's.
+  place?) counted as routing evidence, beside the profiler's or the dispatcher's;
+- optionally ``UNOBSERVABLE`` (``{op: reason}``): claimed ops whose routing the library cannot
+  show (no event names them, no identity check, no kernel of its own on the op's aten ops);
+  their "routing not observable" is reported with the reason instead of ending the run with
+  no routing verdict (exit 3).
 
 A module in the thinking-machines ``batch_invariant_ops`` style is accepted with no glue:
 ``enable_batch_invariant_mode()`` / ``disable_batch_invariant_mode()`` or a
@@ -29,7 +33,11 @@ A module in the thinking-machines ``batch_invariant_ops`` style is accepted with
 OPS are the ops it overrides (mm, addmm, log_softmax, mean) and its prefix is taken from ``ROUTES``
 or left empty.
 
-Routing needs positive evidence (properties.routing). A module without ``KERNEL_PREFIX`` and
+Routing needs positive evidence (properties.routing). With a ``KERNEL_PREFIX`` and no ``ROUTES``
+for an op, an event of the prefix counts only where it names the op (``properties.event_names``),
+or the dispatcher shows one of the op's own aten ops (``PATH_OPS``, its ``aten_names``) that the
+call dispatched running the module's kernel (positive evidence only: a stock one is no failure
+here, the events may show a Python-level swap). A module without ``KERNEL_PREFIX`` and
 ``ROUTES`` gives no profiler evidence, so its routing is read from the dispatcher instead
 (``torch._C._dispatch_dump``): for each aten op on a catalogue op's path, is the active kernel for
 the device's dispatch key registered from the module's own directory? Enabled, every aten op on
@@ -108,6 +116,7 @@ class ModuleTarget(Target):
         self._context: Any = None
         self._dispatch: Any = None  # torch._C._dispatch_dump, for prefix-less modules
         self._unobservable: str | None = None
+        self._declared_unobservable: dict[str, str] = {}  # the module's UNOBSERVABLE
 
     def check(self) -> None:
         obj = _load(self._spec)
@@ -138,6 +147,7 @@ class ModuleTarget(Target):
         self._obj = obj
         self.device = str(getattr(obj, "DEVICE", "cpu"))
         self.kernel_prefix = str(getattr(obj, "KERNEL_PREFIX", ""))
+        self._declared_unobservable = self._read_unobservable(obj)
 
     def activate(self) -> None:
         obj, enabled = self._obj, switch_requested()
@@ -170,12 +180,39 @@ class ModuleTarget(Target):
         return "\n".join(lines)
 
     def covered(self) -> tuple[str, ...]:
-        if hasattr(self._obj, "OPS"):
-            return tuple(self._obj.OPS)
+        return self.covered_by(self._obj)
+
+    @staticmethod
+    def covered_by(obj: Any) -> tuple[str, ...]:
+        if hasattr(obj, "OPS"):
+            return tuple(obj.OPS)
         return THINKING_MACHINES_OPS
 
     def routes(self) -> dict[str, tuple[str, ...]]:
         return {op: tuple(events) for op, events in dict(getattr(self._obj, "ROUTES", {})).items()}
+
+    def unobservable(self) -> dict[str, str]:
+        """The module's ``UNOBSERVABLE``: claimed ops whose routing it cannot show, and why."""
+        return dict(self._declared_unobservable)
+
+    def _read_unobservable(self, obj: Any) -> dict[str, str]:
+        table = getattr(obj, "UNOBSERVABLE", None) or {}
+        claimed = set(self.covered_by(obj))
+        if not isinstance(table, dict) or not all(
+            isinstance(op, str) and isinstance(why, str) and why.strip()
+            for op, why in table.items()
+        ):
+            raise TargetBroken(
+                f"target {self._spec!r}: UNOBSERVABLE must map claimed op names to the reason "
+                f"their routing cannot be observed ({{op: 'why'}}), got {table!r}"
+            )
+        unclaimed = sorted(op for op in table if op not in claimed)
+        if unclaimed:
+            raise TargetBroken(
+                f"target {self._spec!r}: UNOBSERVABLE names ops it does not claim: {unclaimed} "
+                f"(OPS: {sorted(claimed)})"
+            )
+        return {op: why.strip() for op, why in table.items()}
 
     def _module_entries(self, obj: Any) -> dict[str, tuple[str, ...]]:
         declared = getattr(obj, "entries", None)
@@ -241,8 +278,11 @@ class ModuleTarget(Target):
         return path == root or path.startswith(root + os.sep)
 
     def dispatch_trace(self) -> bool:
-        """Prefix-less modules: routing reads the aten ops each example's call dispatched."""
-        return not self._own_events()
+        """Routing reads the aten ops each example's call dispatched: prefix-less modules, and
+        prefixed ones with a claimed op that ``ROUTES`` does not name (the dispatcher may show
+        that op's own aten op running the module's kernel)."""
+        routes = self.routes()
+        return not self._own_events() or any(op not in routes for op in self.covered())
 
     def evidence(self, op: str, dispatched: tuple[str, ...] | None = None) -> dict[str, bool]:
         """The module's own ``evidence(op)`` (identity checks), if it has one, and for
@@ -270,7 +310,7 @@ class ModuleTarget(Target):
         enabled state falls back to the op's path ops as a whole: those that are the module's,
         else the first."""
         if self._own_events():
-            return {}
+            return self._own_aten_evidence(op, dispatched)
         from .dispatcher import PATH_OPS, is_order_sensitive
 
         names = PATH_OPS.get(op, ())
@@ -294,6 +334,32 @@ class ModuleTarget(Target):
         if self._active and dispatched is None:
             positive = {k: v for k, v in checks.items() if v}
             return positive or dict(list(checks.items())[:1])
+        return checks
+
+    def _own_aten_evidence(
+        self, op: str, dispatched: tuple[str, ...] | None = None
+    ) -> dict[str, bool]:
+        """Prefixed modules, enabled, for an op ``ROUTES`` does not name: each of the op's own
+        aten ops (``PATH_OPS``, its ``aten_names``; any overload) that the call dispatched and
+        whose kernel is the module's, as a passing check. Positive evidence only: a stock kernel
+        there is left to the profiler's events (a Python-level swap runs above the dispatcher),
+        and another op's aten op (``aten::mm`` inside a stock ``fused_moe``) is never looked at."""
+        if not self._active or dispatched is None or op in self.routes():
+            return {}
+        from .dispatcher import PATH_OPS
+
+        spec = OPS.get(op)
+        names = (*PATH_OPS.get(op, ()), *(spec.aten_names if spec is not None else ()))
+        bases = {name.split(".")[0] for name in names}
+        checks: dict[str, bool] = {}
+        for name in dict.fromkeys(dispatched):
+            if name.split(".")[0] not in bases:
+                continue
+            own = self.kernel_is_own(name)
+            if self._unobservable is not None:
+                return {}
+            if own:
+                checks[f"{name} [{self._dispatch_key()}] is registered from {self._root()}"] = True
         return checks
 
     def switch_state(self) -> dict[str, Any]:
