@@ -601,6 +601,10 @@ def _summarize(state: BiPropsState, out: SummaryLines) -> None:
     report = session.report()
     if degenerate_line(report):
         out.line(degenerate_line(report), yellow=True)
+    from .reporting.verdict import evidence_lines
+
+    for line in evidence_lines(report):
+        out.line(line, red=line.startswith("THIN"), bold=line.startswith("THIN"))
     if no_routing_verdict(report):
         missing = ", ".join(no_routing_verdict(report))
         out.line(f"{NO_ROUTING_VERDICT}: {missing}", red=True, bold=True)

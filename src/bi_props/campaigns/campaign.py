@@ -947,7 +947,7 @@ class Campaign:
         if need is None:
             return False
         cells = schedule.cells()
-        if any(not c.done and c.examples < need for c in cells):
+        if any(not c.done and (c.examples < need or c.urgent) for c in cells):
             return False
         if self.control_share > 0 and any(not c.done for c in schedule.controls()):
             return False
@@ -1071,10 +1071,12 @@ def summary(ledger: Ledger, log: TextIO = sys.stderr) -> None:
                 f"({c.get('state', 'done')}): {BLIND_CONTROL}",
                 file=log,
             )
-    from ..reporting.verdict import degenerate_line
+    from ..reporting.verdict import degenerate_line, evidence_lines
 
     if degenerate_line(report):
         print(f"bi-props: {degenerate_line(report)}", file=log)
+    for line in evidence_lines(report):
+        print(f"bi-props: {line}", file=log)
     campaign = report.get("campaign") or {}
     shares = (campaign.get("time") or {}).get("shares") or {}
     if shares:

@@ -171,7 +171,8 @@ def run_slice(
     strategy = session.strategy(cell.op, cell.prop)
     smallest: dict[tuple, Failure] = {}  # failure signature -> smallest failing case seen
     settled: dict[tuple, bool] = {}  # failure signature -> settled when first seen this slice
-    replayed: set[tuple] = set()  # signatures that failed again on the final replay (recorded)
+    replayed: set[tuple] = set()  # signatures that failed again on the final replay
+    finals: dict[tuple, Failure] = {}  # their final (minimal) failures, recorded after the slice
     deferred: set[tuple] = set()  # signatures ended as SameFailure (recorded as their class)
     started = time.monotonic()
     # The first turn of a cell replays the example database (past failures first; they fail and
@@ -251,6 +252,7 @@ def run_slice(
                 settled.setdefault(signature, is_settled(signature))
                 if is_final_replay():
                     replayed.add(signature)
+                    finals[signature] = failure
                 kept = smallest.get(signature)
                 if kept is None or case_size(failure.case) < case_size(kept.case):
                     smallest[signature] = failure
@@ -275,6 +277,10 @@ def run_slice(
     # (a first turn whose explicit examples recorded a failure skips it too: no second
     # finding of that signature, no shrink of a failure already recorded this run)
     session.skip_settled = not first_turn or bool(explicit_new)
+    # The final replay's failure is recorded after the slice (``_record_final``), so that one
+    # drawn near a known case can be reduced further first, outside Hypothesis' own test.
+    deferred_before = getattr(session, "defer_finalize", False)
+    session.defer_finalize = True
     try:
         try:
             slice_test()
@@ -329,6 +335,10 @@ def run_slice(
         broken = not smallest
     finally:
         session.skip_settled = False
+        session.defer_finalize = deferred_before
+        for failure in finals.values():
+            if not session.recorded(failure):
+                _record_final(session, failure, stop_at)
         if first_failure:
             cell.shrink_s += time.monotonic() - first_failure[0]
     new = [failure for signature, failure in smallest.items() if not settled[signature]]
@@ -338,6 +348,24 @@ def run_slice(
     met_known = skipped_now or any(settled.values())
     settle_turn(cell, new, met_known, broken)
     return count
+
+
+def _record_final(session: Session, failure: Failure, stop_at: float | None) -> None:
+    """Record the minimal failure of Hypothesis' shrink. One drawn as the neighbour of a known
+    batch-variant case kept that case's structure (rows, extents, companions: the neighbour
+    strategy only moves data, place and dtype), so it is reduced further over its own knobs
+    (``shrink.shrink``) before it is recorded; a crash or a hang is not (each candidate would
+    cost a worker or a timeout)."""
+    from .shrink import near_known, shrink
+
+    how = "complete"
+    left = stop_at is None or time.monotonic() < stop_at
+    if left and failure.kind not in RETIRING_KINDS and near_known(session, failure.case):
+        origin = "a neighbour of a known stock-variant case"
+        reduced, note = shrink(session, failure, stop_at, origin)
+        if reduced.case != failure.case:
+            failure, how = reduced, f"complete, then {note}"
+    session.finalize(failure, shrink=how)
 
 
 def _prewarm(session, switch: str, count: int) -> None:

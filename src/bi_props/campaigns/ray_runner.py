@@ -225,6 +225,7 @@ class ShardActor:
         deadline = started + max(0.0, time_limit_s)
         examples_before = session.runner.examples
         findings_before = len(session.findings)
+        notes_before = len(session.hang_suspicions)
         result: dict[str, Any] = {"shard": shard.id, "control": None, "done": False}
         ran = 0
         session.runner.deadline = deadline  # no example waits past the shard's time
@@ -265,6 +266,7 @@ class ShardActor:
                 "turn_examples": ran,
                 "seconds": time.monotonic() - started,
                 "findings": findings,
+                "hang_suspicions": session.hang_suspicions[notes_before:],  # campaigns/hangs.py
                 "reproducers": reproducers,
                 "coverage": coverage,
                 "not_covered": dict(session.not_covered),
@@ -310,6 +312,7 @@ class _TargetData:
     round_seed: int | None = None
     covered: list[str] = field(default_factory=list)  # the ops the target claims
     tally: Tally = field(default_factory=Tally)  # the actors' coverage lines, counted
+    hang_suspicions: list[dict[str, Any]] = field(default_factory=list)  # unconfirmed: notes
 
 
 class RayCampaign(Campaign):
@@ -393,6 +396,7 @@ class RayCampaign(Campaign):
                 "not_covered": [{"op": op, "reason": why} for op, why in data.not_covered.items()],
                 "known": data.known,
                 "evidence": evidence(self.space, data.covered, data.tally, data.controls, True),
+                "hang_suspicions": list(data.hang_suspicions),
             }
 
         return report
@@ -668,6 +672,7 @@ class RayCampaign(Campaign):
         d.not_covered.update(
             {op: why for op, why in result["not_covered"].items() if op not in d.not_covered}
         )
+        d.hang_suspicions.extend(result.get("hang_suspicions", []))
         new_before, reseen_before = len(ledger.new), len(ledger.reseen)
         for finding in result["findings"]:
             name = Path(finding["reproducer"]).name if finding.get("reproducer") else None

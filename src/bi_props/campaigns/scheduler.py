@@ -212,8 +212,8 @@ class Scheduler:
         if left <= 0:
             return None
         live_cells = [c for c in self.cells() if not c.done]
-        if self.examples_per_cell is not None:
-            live_cells = [c for c in live_cells if c.examples < self.examples_per_cell]
+        if self.examples_per_cell is not None:  # satisfied: N examples and its floor reached
+            live_cells = [c for c in live_cells if c.examples < self.examples_per_cell or c.urgent]
         live_controls = [c for c in self.controls() if not c.done]
         if live_controls and self.control_share > 0:
             # Searching controls first (none starved); shrinking ones when none is searching.

@@ -124,7 +124,12 @@ class _Same(AssertionError):
     """The candidate fails as the case did."""
 
 
-def shrink(session: Session, failure: Failure, stop_at: float | None = None) -> tuple[Failure, str]:
+def shrink(
+    session: Session,
+    failure: Failure,
+    stop_at: float | None = None,
+    origin: str = "an explicit example",
+) -> tuple[Failure, str]:
     """``failure`` with the smallest case found that fails like it (same property, switch,
     kind and exception type) and that case's message, and how the shrink ended, in words."""
     from hypothesis.database import InMemoryExampleDatabase, choices_to_bytes
@@ -161,21 +166,37 @@ def shrink(session: Session, failure: Failure, stop_at: float | None = None) -> 
     search._hypothesis_internal_database_key = key
     search.hypothesis.inner_test._hypothesis_internal_add_digest = key
     spent = lambda: time.monotonic() - started  # noqa: E731
-    how = "not shrunk: the explicit example did not fail again when replayed"
+    how = f"not shrunk: {origin} that did not fail again when replayed"
     try:
         search()
     except _Stop:
         how = (
-            f"shrunk from an explicit example for {spent():.0f} s, stopped at the end of its "
-            "time: the smallest failing case seen"
+            f"shrunk from {origin} for {spent():.0f} s, stopped at the end of its time: the "
+            "smallest failing case seen"
         )
     except _Same:
-        how = f"shrunk by Hypothesis from an explicit example ({spent():.1f} s)"
+        how = f"shrunk by Hypothesis from {origin} ({spent():.1f} s)"
         if smallest is base:
-            how = "complete: an explicit example that no simplification still fails"
+            how = f"complete: {origin} that no simplification still fails"
     except Exception as exc:  # Hypothesis gave up: the case stays as it was
-        how = f"not shrunk: an explicit example ({type(exc).__name__} in the shrink)"
+        how = f"not shrunk: {origin} ({type(exc).__name__} in the shrink)"
     return replace(failure, case=smallest, message=message), how
+
+
+def structure(case: Case) -> tuple:
+    """What a neighbour of a known case keeps of it (``strategies.near``): op, entry, shape,
+    layouts, options and the companions' rows."""
+    rows = tuple(c.rows for c in case.batch.companions) if case.batch is not None else None
+    return (case.op, case.entry, case.shape, case.layouts, case.options, rows, case.padded)
+
+
+def near_known(session: Session, case: Case) -> bool:
+    """Whether ``case`` has the structure of a known batch-variant case: drawn as its
+    neighbour, so Hypothesis' own shrink could only move its data, place and dtype."""
+    from .explicit import variants
+
+    mine = structure(case)
+    return any(structure(k) == mine for k in variants(session, case.op))
 
 
 def _size(case: Case) -> tuple:
@@ -206,4 +227,4 @@ def fails_like(session: Session, failure: Failure, case: Case) -> str | None:
     return verdict.message
 
 
-__all__ = ["choices_of", "fails_like", "reductions", "shrink"]
+__all__ = ["choices_of", "fails_like", "near_known", "reductions", "shrink", "structure"]

@@ -87,8 +87,12 @@ def observe_reference(case: Case, target: Target) -> dict[str, Any]:
     return {"calls": {"op": call}, "references": refs}
 
 
+WINDOWS_ENV = "BI_PROPS_BATCH_WINDOWS"
+"""Set to 0 to judge the needle alone, no windows (benchmarks/rows_judged.py's baseline)."""
+
+
 def observe_batch_invariance(
-    case: Case, target: Target, profile_ops: bool = False, windows: bool = True
+    case: Case, target: Target, profile_ops: bool = False, windows: bool | None = None
 ) -> dict[str, Any]:
     """The needle alone, and the needle's rows cut out of the batched result. In a padded case
     the needle alone is laid out at its own length and the batch at the padded length: the
@@ -101,6 +105,10 @@ def observe_batch_invariance(
     info = OPS[case.op]
     if not info.batchable(case) or case.batch is None:
         raise ValueError(f"batch invariance is not defined for {case!r}")
+    if windows is None:
+        import os
+
+        windows = os.environ.get(WINDOWS_ENV, "1") != "0"
     alone_samples, batch = needle(case), batch_samples(case)
     single = alone_case(case)
     _, alone = _invoke(single, operands(single, alone_samples, target.device), [case.shape[0]])
@@ -173,9 +181,10 @@ def batch_windows(case: Case, logical: list[Any] | None = None) -> list[_Window]
                 cut.append((seed, min(rows, left)))
                 left -= rows
             args = None
-            if logical is not None:
+            if logical is not None:  # fresh tensors, as the needle alone gets: a kernel that
+                # caches by a tensor's identity or address sees a call of its own
                 args = [
-                    t if spec.batch_axis is None else t.narrow(spec.batch_axis, 0, size)
+                    (t if spec.batch_axis is None else t.narrow(spec.batch_axis, 0, size)).clone()
                     for spec, t in zip(specs, logical, strict=True)
                 ]
             label = describe("rows", size, total)

@@ -114,6 +114,23 @@ def evidence_sentence(evidence: dict) -> str:
     return text
 
 
+def evidence_lines(report: dict) -> list[str]:
+    """The console's lines on the evidence: the judged examples and the least detection power,
+    and, when the run is thin, which ops and why (exit 3)."""
+    evidence = report.get("evidence") or {}
+    if evidence.get("judged") is None:
+        return []
+    lines = [evidence_sentence(evidence)]
+    thin = thin_evidence(report)
+    if thin:
+        lines.append(
+            f"THIN EVIDENCE (exit 3): below the floor of {evidence.get('min_judged')} judged "
+            f"examples, or a model-level cell not run: {'; '.join(thin)} (a larger --budget, "
+            "or fewer --ops)"
+        )
+    return lines
+
+
 def degenerate_line(report: dict) -> str:
     """ "degenerate: 812 of 5,300 examples (...)": the cells' examples that compared nothing that
     could depend on the property (N = 0, K = 0, or both calls raising the same error), counted
