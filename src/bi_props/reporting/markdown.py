@@ -15,6 +15,7 @@ from .data import (
     no_routing_verdict,
     round_counts,
     strict_contract,
+    thin_evidence,
     unclaimed_text,
     widenings,
 )
@@ -104,6 +105,8 @@ def render(data: ReportData) -> str:
     missing = no_routing_verdict(r)
     if missing:
         verdict = f"NO ROUTING VERDICT for {', '.join(missing)}; " + verdict
+    if thin_evidence(r):
+        verdict = f"THIN EVIDENCE: {len(thin_evidence(r))} op(s) below the floor; " + verdict
     if campaign.get("stopped_early"):
         verdict += f"; stopped early {campaign['stopped_early']}"
     not_run = campaign.get("cells_not_run")

@@ -24,9 +24,15 @@ def verdict_line(data: ReportData) -> str:
     r = data.report
     campaign = r.get("campaign") or {}
     total = campaign.get("cells_total") or len(data.cells)
-    ran = sum(1 for c in data.cells if c.get("examples"))
-    examples = r.get("examples_this_run", r.get("examples", 0))
-    parts = [f"Ran {ran} of {total} cells ({examples} examples) on {', '.join(data.targets)}"]
+    this_run = "examples_this_run" if any("examples_this_run" in c for c in data.cells) else None
+    ran = sum(1 for c in data.cells if c.get(this_run or "examples"))
+    observed = r.get("examples_this_run", r.get("examples", 0))
+    if this_run:  # the cells' own examples (each one line of examples.jsonl)
+        examples = sum(int(c.get(this_run) or 0) for c in data.cells)
+        counted = f"{examples:,} cell examples; {observed:,} worker observations in all"
+    else:
+        counted = f"{observed:,} examples"
+    parts = [f"Ran {ran} of {total} cells ({counted}) on {', '.join(data.targets)}"]
     failing = [s for s in data.statuses if fails_run(s, r)]
     if failing:
         names = [
@@ -77,7 +83,7 @@ def verdict_line(data: ReportData) -> str:
     line = ". ".join(parts) + "."
     thin = thin_evidence(r)
     if thin:
-        shown = "; ".join(thin[:MAX_NAMED]) + ("; ..." if len(thin) > MAX_NAMED else "")
+        shown = thin_text(thin, MAX_NAMED)
         line = (
             f"THIN EVIDENCE (exit 3): {len(thin)} op(s) below the floor of "
             f"{evidence.get('min_judged')} judged examples or a model-level cell not run: "
@@ -124,11 +130,17 @@ def evidence_lines(report: dict) -> list[str]:
     thin = thin_evidence(report)
     if thin:
         lines.append(
-            f"THIN EVIDENCE (exit 3): below the floor of {evidence.get('min_judged')} judged "
-            f"examples, or a model-level cell not run: {'; '.join(thin)} (a larger --budget, "
-            "or fewer --ops)"
+            f"THIN EVIDENCE (exit 3): {len(thin)} op(s) below the floor of "
+            f"{evidence.get('min_judged')} judged examples, or a model-level cell not run: "
+            f"{thin_text(thin, 8)} (a larger --budget, or fewer --ops)"
         )
     return lines
+
+
+def thin_text(thin: list[str], most: int) -> str:
+    """The thin ops, the first ``most`` with their reasons, then how many more."""
+    shown = "; ".join(thin[:most])
+    return shown + (f"; and {len(thin) - most} more" if len(thin) > most else "")
 
 
 def degenerate_line(report: dict) -> str:
