@@ -448,6 +448,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         status = verdict_exit_status(state._session)
         if status == 3:  # same rules as bi-props fuzz: no trustworthy verdict
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR  # 3
+        elif state._session.switching.get("ok") is False and session.exitstatus == 0:
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a switching finding: exit 1
     if state is not None and hasattr(session.config, "workeroutput"):  # a pytest-xdist worker
         _send_to_controller(session.config, state)
     elif state is not None and 3 in _from_workers(session.config, "exit_status"):

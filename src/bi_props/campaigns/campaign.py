@@ -58,6 +58,8 @@ from .session import (
     routing_lines,
     target_status,
 )
+from .switching_check import SwitchingCheck
+from .switching_check import finding_fields as switching_finding
 
 FINDINGS_FILE = "findings.jsonl"
 STATE_FILE = "campaign.json"
@@ -817,6 +819,7 @@ class Campaign:
             state.session.runner.deadline = deadline
         previous = signal.signal(signal.SIGTERM, _on_sigterm)
         status: int | None = None
+        check = SwitchingCheck(list(states))  # beside the cells: a spawned interpreter each
 
         def examples() -> int:
             return sum(s.session.runner.examples for s in states.values())
@@ -852,6 +855,8 @@ class Campaign:
         finally:
             signal.signal(signal.SIGTERM, previous)
             ledger.cells_phase_end(examples())
+            if status is None and not ledger.interrupted:
+                record_switching(check, {t: s.session for t, s in states.items()})
             for state in states.values():
                 state.session.close()
                 for line in routing_lines(state.session):
@@ -1041,6 +1046,16 @@ class Campaign:
             f"{new:.0f} new behaviours{outcome}",
             examples(),
         )
+
+
+def record_switching(check: SwitchingCheck, sessions: dict[str, Session]) -> None:
+    """The switching verdicts of a campaign's end, in each session (a failure: a finding)."""
+    for target, verdict in check.finish().items():
+        session = sessions[target]
+        session.switching = verdict
+        fields = switching_finding(target, verdict)
+        if fields is not None:
+            session.record(Finding(**fields))
 
 
 def summary(ledger: Ledger, log: TextIO = sys.stderr) -> None:

@@ -45,7 +45,9 @@ from .campaign import (
 )
 from .evidence import Tally, evidence
 from .fuzz import SLICE_EXAMPLES, Cell, Interrupted, _on_sigterm, cells_for, run_slice
-from .session import Session
+from .session import Finding, Session
+from .switching_check import SwitchingCheck
+from .switching_check import finding_fields as switching_finding
 
 SHARD_TURNS = 2  # turns of SLICE_EXAMPLES per cell shard
 MAX_REQUEUES = 3  # a shard whose actor died this often is dropped (its cell retired, logged)
@@ -311,6 +313,7 @@ class _TargetData:
     round: int | None = None
     round_seed: int | None = None
     covered: list[str] = field(default_factory=list)  # the ops the target claims
+    switching: dict[str, Any] = field(default_factory=dict)  # the switching verdict
     tally: Tally = field(default_factory=Tally)  # the actors' coverage lines, counted
     hang_suspicions: list[dict[str, Any]] = field(default_factory=list)  # unconfirmed: notes
 
@@ -396,6 +399,7 @@ class RayCampaign(Campaign):
                 "not_covered": [{"op": op, "reason": why} for op, why in data.not_covered.items()],
                 "known": data.known,
                 "evidence": evidence(self.space, data.covered, data.tally, data.controls, True),
+                "switching": data.switching or {"ok": None, "message": "not judged yet"},
                 "hang_suspicions": list(data.hang_suspicions),
             }
 
@@ -474,8 +478,14 @@ class RayCampaign(Campaign):
                 for t in self.targets
                 for op, prop in catalogue_controls(self.space.ops, self.space.exclude_properties)
             )
+            check = SwitchingCheck(list(self.targets))  # beside the shards, in the driver
             self._loop(ray, ledger, data, queue, inflight, deadline)
             self._drain(ray, ledger, data, queue, inflight, self.grace_s)
+            for target, verdict in check.finish().items():
+                data[target].switching = verdict
+                fields = switching_finding(target, verdict)
+                if fields is not None:
+                    ledger.record(Finding(**fields))
         except (KeyboardInterrupt, Interrupted):
             ledger.interrupted = True
             ledger.progress("interrupted: collecting in-flight shards, writing the report", 0)

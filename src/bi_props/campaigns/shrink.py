@@ -134,6 +134,8 @@ def shrink(
     kind and exception type) and that case's message, and how the shrink ended, in words."""
     from hypothesis.database import InMemoryExampleDatabase, choices_to_bytes
 
+    from ..runner.controller import DeadlineReached
+
     base = failure.case
     smallest = base
     message = failure.message
@@ -157,7 +159,10 @@ def shrink(
         case = data.draw(reductions(base), label="case")
         if stop_at is not None and time.monotonic() >= stop_at:
             raise _Stop()
-        seen = fails_like(session, failure, case)
+        try:
+            seen = fails_like(session, failure, case)
+        except DeadlineReached:  # the campaign's end: the smallest case seen stands
+            raise _Stop() from None
         if seen is not None:
             if _size(case) < _size(smallest):
                 smallest, message = case, seen

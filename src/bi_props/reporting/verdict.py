@@ -20,6 +20,11 @@ from .data import (
 MAX_NAMED = 3
 
 
+def first_line(text: object) -> str:
+    lines = [line for line in str(text or "").splitlines() if line.strip()]
+    return lines[0] if lines else ""
+
+
 def verdict_line(data: ReportData) -> str:
     r = data.report
     campaign = r.get("campaign") or {}
@@ -77,6 +82,10 @@ def verdict_line(data: ReportData) -> str:
     if r.get("not_covered"):
         unjudged.append(f"{len(r['not_covered'])} op(s) not claimed by the target")
     parts.append("not judged: " + "; ".join(unjudged) if unjudged else "nothing left unjudged")
+    switching = r.get("switching") or {}
+    if switching.get("ok") is not None or "not applicable" in str(switching.get("message")):
+        said = {True: "holds", False: "FAILS"}.get(switching.get("ok"))
+        parts.append(f"Switching: {said or first_line(switching.get('message'))}")
     evidence = r.get("evidence") or {}
     if evidence.get("judged") is not None:
         parts.append(evidence_sentence(evidence))
