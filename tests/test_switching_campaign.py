@@ -71,3 +71,24 @@ def test_the_pytest_plugin_exits_1_on_a_leaky_disable(pytester: pytest.Pytester)
     out = result.stdout.str()
     assert "switching: FAILS" in out, out
     assert result.ret == 1, out
+
+
+@pytest.mark.campaign
+def test_an_unclaimed_op_changed_by_the_switch_is_a_leak_finding(tmp_path: Path) -> None:
+    """tests/planted/planted_unclaimed_leak.py claims mm only; its switch also scales
+    aten::_softmax: softmax's enabled reference cell is a `leak` finding (exit 1), never a pass."""
+    space = SPACE.replace('include = ["mm"]', 'include = ["mm", "softmax"]')
+    (tmp_path / "space.toml").write_text(space)
+    out = tmp_path / "out"
+    command = [
+        sys.executable, "-m", "bi_props.cli", "fuzz", "--target", "planted_unclaimed_leak",
+        "--strategies", str(tmp_path / "space.toml"), "--budget", "40", "--out", str(out),
+        "--examples-per-cell", "5",
+    ]  # fmt: skip
+    done = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1, done.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    leaks = [f for f in report["findings"] if f["kind"] == "leak"]
+    assert leaks and {f["op"] for f in leaks} == {"softmax"}, report["findings"]
+    assert "differs from stock's" in leaks[0]["message"], leaks[0]["message"]
+    assert not [f for f in report["findings"] if f["op"] == "mm"], report["findings"]

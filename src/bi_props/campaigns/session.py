@@ -55,6 +55,12 @@ session (0 in the space turns it off)."""
 CROSS_PROCESS_START_LEFT_S = 10.0
 """The second worker is not started when less than this is left of a campaign's budget."""
 FLAKY = "flaky"  # a failure that did not happen again when Hypothesis replayed the same case
+# The switch changed an op the target does not claim: its enabled result differs from stock's.
+LEAK = "leak"
+LEAK_PROPERTIES = ("reference", "determinism")
+"""The enabled cells of an unclaimed op whose failure is checked for a leak (the same case with
+the switch off): parity judges both states already; batch invariance is stock's own business."""
+MAX_REASONS = 6  # reasons kept per unclaimed op
 STRICT_CONTRACT_ENV = "BI_PROPS_STRICT_CONTRACT"
 """Set to 1 (``bi-props fuzz --strict-contract``): the sessions of the run record
 ``strict_contract``, so that a contract widening (parity's kind ``widening``: the switch-on
@@ -143,6 +149,9 @@ class Failure:
     kind: str
     message: str
     error_type: str | None
+    # The verdict kind a fresh worker must show to confirm it, where the finding's kind is a
+    # reading of the verdict (a promise or a leak finding is a mismatch of the observation).
+    confirm_as: str | None = None
 
     def signature(self) -> tuple:
         return (self.op, self.prop, self.switch, self.kind, self.error_type)
@@ -496,7 +505,19 @@ class Session:
                 self._failed(found)
                 raise PropertyFailed(f"{prop} [{switch}] on {op}:\n{message}")
             if not verdict.ok:
-                self.not_covered.setdefault(op, f"{prop} fails, but the target does not claim {op}")
+                leak = self.leak_message(op, prop, case) if prop in LEAK_PROPERTIES else None
+                if leak is not None:  # the switch changed an op it does not claim
+                    found = Failure(op, prop, switch, case, LEAK, leak, None, verdict.kind)
+                    if self._skip_settled(found):
+                        return False
+                    self._failed(found)
+                    raise PropertyFailed(f"{prop} [{switch}] on {op}:\n{leak}")
+                why = (verdict.message.splitlines() or [""])[0][:160]
+                self._note_not_covered(
+                    op,
+                    f"{prop} fails ({why}), but the target does not claim {op}"
+                    + (", and stock fails the same way" if prop in LEAK_PROPERTIES else ""),
+                )
             return False
         if verdict.ok:
             return True
@@ -505,6 +526,47 @@ class Session:
             return False
         self._failed(found)
         raise PropertyFailed(f"{prop} [{switch}] on {op}:\n{verdict.message}")
+
+    def _note_not_covered(self, op: str, why: str) -> None:
+        """Keep every distinct reason an unclaimed op's cells gave (not the first alone)."""
+        known = self.not_covered.get(op)
+        if known is None:
+            self.not_covered[op] = why
+        elif why not in known and known.count("; ") < MAX_REASONS:
+            self.not_covered[op] = f"{known}; {why}"
+
+    def leak_message(self, op: str, prop: str, case: Case) -> str | None:
+        """Whether the switch changed ``op``, which the target does not claim: the same case in
+        both states, and the enabled observation differs from the disabled one (stock's):
+        reference compares the outputs bit for bit (or raising against returning);
+        determinism is a leak where stock is deterministic on the case. None: no leak seen."""
+        from ..model.properties import same_outputs
+
+        try:
+            on = self.runner.observe(prop, case, "enabled")
+            off = self.runner.observe(prop, case, "disabled")
+        except WorkerFailure:
+            return None
+        if prop == "determinism":
+            if not property_spec.get(prop).judge(off).ok:
+                return None  # stock is as nondeterministic here
+            return (
+                f"leak: the switch changed {op}, which target {self.target!r} does not claim: "
+                f"with the switch on the same call gives other bits twice, with it off it does "
+                f"not:\n{property_spec.get(prop).judge(on).message}"
+            )
+        verdict = same_outputs(
+            on.calls["op"],
+            off.calls["op"],
+            "switch on (actual) vs switch off, stock (desired)",
+        )
+        if verdict.ok:
+            return None
+        return (
+            f"leak: the switch changed {op}, which target {self.target!r} does not claim: on "
+            f"the same inputs its result with the switch on differs from stock's (switch off):"
+            f"\n{verdict.message}"
+        )
 
     def _broken_promise(self, prop: str, verdict) -> bool:
         """An op the target does not claim, batch-variant (a mismatch of a property that reports
@@ -646,7 +708,8 @@ class Session:
                 ),
             )
         elif confirm:
-            kind = confirm_kind or ("mismatch" if failure.kind == PROMISE else failure.kind)
+            kind = confirm_kind or failure.confirm_as
+            kind = kind or ("mismatch" if failure.kind == PROMISE else failure.kind)
             reproduced, confirmation = self._reproduces_fresh(
                 op, prop, switch, case, kind, failure.error_type
             )

@@ -215,9 +215,11 @@ def fails_like(session: Session, failure: Failure, case: Case) -> str | None:
     finding being a mismatch of the observation, and where it names one the same exception
     type); None when it does not."""
     from ..runner.controller import WorkerFailure
-    from .session import PROMISE
+    from .session import LEAK, PROMISE
 
-    expected = "mismatch" if failure.kind == PROMISE else failure.kind
+    if failure.kind == LEAK:  # a leak needs the switch-off observation to differ
+        return session.leak_message(failure.op, failure.prop, case)
+    expected = failure.confirm_as or ("mismatch" if failure.kind == PROMISE else failure.kind)
     try:
         verdict = session.judge(failure.op, failure.prop, failure.switch, case)
     except WorkerFailure as exc:
