@@ -6,6 +6,13 @@ a hang (no answer within the per-example timeout) or an out-of-memory kill is ra
 WorkerFailure, so Hypothesis records and shrinks it like any failure; the dead worker is replaced on
 the next request. ``fresh`` runs one request in a brand-new worker to confirm a minimal failing case
 in isolation. Imports neither torch nor the target's packages.
+
+Hang suspicion (``Runner.suspect_hangs``, on in `bi-props fuzz`): while searching and shrinking, an
+example's timeout comes from the op's own observed cost, ``min(example_timeout_s,
+max(SUSPECT_FLOOR_S, SUSPECT_FACTOR x slowest))``, so a hang is suspected in seconds instead of
+after the profile's whole timeout. A suspicion is only that: a finding of a hang needs the
+fresh-process confirmation, which always waits the profile's full ``example_timeout_s``
+(campaigns/hangs.py says what an unconfirmed suspicion becomes).
 """
 
 from __future__ import annotations
@@ -75,6 +82,55 @@ loads) and often runs on a loaded machine, and what it must show is the finding'
 A hang's confirmation keeps the profile's timeout: that timeout is the finding."""
 
 
+SUSPECT_FACTOR = 20.0
+"""A suspected hang: no answer within this many times the slowest completed call of the same
+(op, property, switch state) in this run. Generous on purpose: a loaded 2-core machine (several
+campaigns, a compiler, pytest at once) makes a call a few times slower than it was, and the
+scaling by size (``suspect_timeout``'s ``scale``) is only a linear estimate; 20x leaves room for
+both, while a real hang still shows within seconds instead of the profile's minute."""
+
+SUSPECT_FLOOR_S = 5.0
+"""The shortest timeout a suspicion may use. Calls of milliseconds would otherwise get a timeout
+of a fraction of a second, which a scheduler stall, a garbage collection or a burst of load on a
+shared machine can exceed without any hang; a real hang costs only these few seconds per
+hanging example (Hypothesis' shrink replays the hanging case many times)."""
+
+
+def suspect_timeout(full_s: float, slowest_s: float | None, scale: float = 1.0) -> float:
+    """The example timeout while searching: ``min(full_s, max(SUSPECT_FLOOR_S, SUSPECT_FACTOR
+    x slowest_s x scale))``. ``slowest_s`` is the slowest completed call observed (None: none
+    yet, so the profile's full timeout: a first call may pay lazy imports, kernel loads, a JIT);
+    ``scale`` (>= 1) is how much more work this case asks than the largest call observed."""
+    if slowest_s is None:
+        return full_s
+    wanted = SUSPECT_FACTOR * slowest_s * max(scale, 1.0)
+    return min(full_s, max(SUSPECT_FLOOR_S, round(wanted, 1)))
+
+
+def case_work(case: Case) -> int:
+    """A case's size as the runner scales costs by: rows across the batch (needle and
+    companions) times the product of the other extents (for mm's (M, K, N): M x K x N, its
+    multiply-adds), at least 1."""
+    shape = tuple(case.shape)
+    rows = shape[0] if shape else 1
+    if case.batch is not None:
+        rows += sum(c.rows for c in case.batch.companions)
+    work = max(rows, 1)
+    for extent in shape[1:]:
+        work *= max(int(extent), 1)
+    return work
+
+
+@dataclass
+class _Cost:
+    """The completed calls of one (op, property, switch state): the slowest (seconds, round trip
+    in the controller) and the largest (``case_work``)."""
+
+    slowest_s: float = 0.0
+    largest: int = 1
+    calls: int = 0
+
+
 class ConfirmationCut(WorkerFailure):
     """A fresh-process confirmation whose example was still running when its timeout, shortened
     to the campaign's end (plus ``CONFIRM_GRACE_S``), ran out: its silence proves no hang, so
@@ -129,14 +185,14 @@ class _Channel:
     def _describe(self, doing: str) -> str:
         return f"worker for target {self.target!r} ({self.switch}) while {doing}"
 
-    def _receive(self, timeout_s: float, doing: str) -> Any:
+    def _receive(self, timeout_s: float, doing: str, why: str = "") -> Any:
         stream = self._inbox()
         ready, _, _ = select.select([stream], [], [], timeout_s)
         if not ready:
             tail = self.stderr_tail()
             self.kill()
             raise WorkerHang(
-                f"{self._describe(doing)}: no answer within {timeout_s:g} s; killed.\n"
+                f"{self._describe(doing)}: no answer within {timeout_s:g} s{why}; killed.\n"
                 f"Last worker output:\n{tail}"
             )
         try:
@@ -151,13 +207,15 @@ class _Channel:
             f"Last worker output:\n{self.stderr_tail()}"
         )
 
-    def request(self, message: tuple, timeout_s: float, doing: str) -> Any:
+    def request(self, message: tuple, timeout_s: float, doing: str, why: str = "") -> Any:
+        """Send one request and wait ``timeout_s`` for its answer (``why``: said in a hang's
+        message after the timeout, e.g. that the timeout was a suspicion's)."""
         self.requests += 1
         try:
             send(self._outbox(), message)
         except (BrokenPipeError, OSError):
             raise self._crash(doing, "the process was already dead") from None
-        status, payload = self._receive(timeout_s, doing)
+        status, payload = self._receive(timeout_s, doing, why)
         if status == "internal":
             raise InternalError(f"{self._describe(doing)}: bi_props failed:\n{payload}")
         return payload
@@ -415,6 +473,7 @@ class Runner:
         start_timeout_s: float = 300.0,
         extra_env: dict[str, str] | None = None,
         fork: bool = True,
+        suspect_hangs: bool = False,
     ) -> None:
         self.target = target
         self.example_timeout_s = example_timeout_s
@@ -436,12 +495,22 @@ class Runner:
         self.seconds_in_workers = 0.0
         # time.monotonic() at which the campaign ends: no example waits past it (None: no end).
         self.deadline: float | None = None
+        # Hang suspicion (the module's docstring): off, every example waits example_timeout_s.
+        # Off by default: a pytest run cannot take a failed test back once a suspicion proves
+        # to be slowness; `bi-props fuzz` (run_slice) turns it on.
+        self.suspect_hangs = suspect_hangs
+        self._costs: dict[tuple[str, str, str], _Cost] = {}  # (op, prop, switch) -> completed
+        self._trusted: set[tuple[str, str, str]] = set()  # keys back on the full timeout
+        self._suspected: dict[tuple[str, str, str], str] = {}  # (prop, switch, repr) -> why
+        self.suspicions = 0  # examples stopped on a suspicion (a shortened timeout)
 
-    def timeout(self, grace_s: float = 0.0, patience: float = 1.0) -> tuple[float, bool]:
+    def timeout(
+        self, grace_s: float = 0.0, patience: float = 1.0, wanted_s: float | None = None
+    ) -> tuple[float, bool]:
         """(the example timeout, whether the deadline shortened it): the profile's
-        ``example_timeout_s`` times ``patience``, or the time left until ``deadline`` (plus
-        ``grace_s``) when less."""
-        wanted = self.example_timeout_s * patience
+        ``example_timeout_s`` times ``patience`` (or ``wanted_s``: a suspicion's), or the time
+        left until ``deadline`` (plus ``grace_s``) when less."""
+        wanted = self.example_timeout_s * patience if wanted_s is None else wanted_s
         if self.deadline is None:
             return wanted, False
         left = max(self.deadline - time.monotonic(), 0.0) + grace_s
@@ -523,22 +592,99 @@ class Runner:
             raise WorkerStartFailure(
                 f"target {self.target!r} is {worker.hello.status}: {worker.hello.message}"
             )
+        # A worker's first call pays its warm-up, so it teaches nothing about the op's cost. A
+        # spawned worker's (a target import's lazy parts, a CUDA context, kernel loads, a JIT:
+        # seconds to minutes) waits the full timeout. A forked child shares its fork server's
+        # loaded target (CPU only): its first call pays the rest of bi_props' imports, 0.4 s
+        # on the 2-core test machine, well inside SUSPECT_FLOOR_S even several times slower
+        # under load, so it is suspected like any other (each hanging shrink candidate is
+        # the first call of a fresh fork).
+        first = worker.requests == 0
+        warming = first and isinstance(worker, Worker)
+        wanted, why = self.example_timeout(prop, case, switch, warming)
         start = time.perf_counter()
-        timeout_s, cut = self.timeout()
+        timeout_s, cut = self.timeout(wanted_s=wanted)
         try:
             observation = worker.request(
-                ("observe", prop, case), timeout_s, f"running {prop} on {case!r}"
+                ("observe", prop, case),
+                timeout_s,
+                f"running {prop} on {case!r}",
+                "" if cut else why,
             )
         except WorkerFailure as failure:
             self._workers.pop(switch, None)
             worker.kill()
             if cut and isinstance(failure, WorkerHang):
                 raise DeadlineReached(f"{prop} on {case!r} cut at the campaign's end") from None
+            if isinstance(failure, WorkerHang):
+                self._hung(prop, case, switch, why)
             raise
+        else:
+            if not first:
+                self.observed(case.op, prop, switch, case, time.perf_counter() - start)
         finally:
             self.examples += 1
             self.seconds_in_workers += time.perf_counter() - start
         return observation
+
+    # -- hang suspicion ------------------------------------------------------------------------
+
+    def observed(self, op: str, prop: str, switch: str, case: Case, seconds: float) -> None:
+        """A completed call of (op, prop, switch) that took ``seconds`` (the round trip)."""
+        cost = self._costs.setdefault((op, prop, switch), _Cost())
+        cost.slowest_s = max(cost.slowest_s, seconds)
+        cost.largest = max(cost.largest, case_work(case))
+        cost.calls += 1
+
+    def example_timeout(
+        self, prop: str, case: Case, switch: str, warming: bool = False
+    ) -> tuple[float, str]:
+        """(this example's timeout before the campaign's end bounds it, why it is shorter than
+        ``example_timeout_s``: "" when it is not). With ``suspect_hangs``: ``suspect_timeout``
+        of the slowest completed call of (op, prop, switch), scaled by how much more work this
+        case asks than the largest of them; the full timeout before any completed call (or
+        ``warming``: a spawned worker's first call), and for keys ``trust``ed."""
+        full = self.example_timeout_s
+        key = (case.op, prop, switch)
+        cost = self._costs.get(key)
+        if not self.suspect_hangs or warming or cost is None or key in self._trusted:
+            return full, ""
+        scale = case_work(case) / cost.largest
+        wanted = suspect_timeout(full, cost.slowest_s, scale)
+        if wanted >= full:
+            return full, ""
+        sized = f", scaled x{scale:.3g} for this larger case" if scale > 1 else ""
+        return wanted, (
+            f" (a hang suspected: {SUSPECT_FACTOR:g}x the slowest completed call of {prop} on "
+            f"{case.op} [{switch}] in this run, {cost.slowest_s:.3g} s{sized}, at least "
+            f"{SUSPECT_FLOOR_S:g} s; the profile's example timeout is {full:g} s)"
+        )
+
+    def _hung(self, prop: str, case: Case, switch: str, why: str) -> None:
+        key = (prop, switch, repr(case))
+        if why:
+            self.suspicions += 1
+            self._suspected[key] = why.strip(" ()")
+        else:  # it waited the full timeout: a hang, no suspicion
+            self._suspected.pop(key, None)
+
+    def suspicion(self, prop: str, case: Case, switch: str) -> str | None:
+        """Why this case's last hang in this runner was only a suspicion (its timeout shortened
+        by ``example_timeout``), or None (it never hung, or it hung the full timeout). Kept
+        after a later pass: a suspected hang whose replay passed is slowness, not flakiness.
+        ``switch`` "both" (parity): either state's."""
+        for state in ("enabled", "disabled") if switch == "both" else (switch,):
+            why = self._suspected.get((prop, state, repr(case)))
+            if why is not None:
+                return why
+        return None
+
+    def trust(self, op: str, prop: str, switch: str) -> None:
+        """Back to the full example timeout for (op, prop, switch): a suspicion there was not
+        confirmed, so its calls can be slower than its history says (one wasted confirmation
+        per cell at most, never a loop of them). ``switch`` "both": both states."""
+        for state in ("enabled", "disabled") if switch == "both" else (switch,):
+            self._trusted.add((op, prop, state))
 
     def export(self, prop: str, case: Case, switch: str) -> dict:
         """The exact tensors (and reference) of a case, for a standalone reproducer."""
@@ -612,6 +758,8 @@ class Runner:
 
 __all__ = [
     "CONFIRM_PATIENCE",
+    "SUSPECT_FACTOR",
+    "SUSPECT_FLOOR_S",
     "ConfirmationCut",
     "DeadlineReached",
     "ForkedWorker",
@@ -622,5 +770,7 @@ __all__ = [
     "WorkerFailure",
     "WorkerHang",
     "WorkerStartFailure",
+    "case_work",
     "read_exact",
+    "suspect_timeout",
 ]
