@@ -379,8 +379,9 @@ def test_a_blind_control_is_flagged_in_every_report(tmp_path: Path, strict: bool
 def test_both_reports_open_with_a_verdict_then_findings_then_controls(campaign_dir: Path) -> None:
     write_reports(campaign_dir, plots=False)
     expected = (
-        "Ran 5 of 6 cells (400 examples) on lib. FAILED: 3 open finding(s) "
-        "(mm batch_invariance [enabled], mm reference [enabled], mm parity [both]). "
+        "Ran 5 of 6 cells (160 cell examples; 400 worker observations in all) on lib. "
+        "FAILED: 3 open finding(s) (mm batch_invariance [enabled], mm reference [enabled], "
+        "mm parity [both]). "
         "not judged: 1 cell(s) not run (budget spent or target not started); "
         "1 op(s) not claimed by the target."
     )

@@ -357,6 +357,8 @@ def pytest_runtest_call(item: pytest.Item):
     if state is not None and state._session is not None:
         item.stash[_FINDINGS_AT] = len(state._session.findings)
         item.stash[_SKIPPED_AT] = dict(state._session.skipped_known)
+        # each test skips known failures anew (a failure raised turns it off for its shrink)
+        state._session.skip_settled = bool(state._session.known)
     return (yield)
 
 

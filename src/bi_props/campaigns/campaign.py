@@ -387,8 +387,9 @@ class Ledger:
         """Keep a finding once per signature; True when it is new to the campaign. New findings
         are on disk (findings.jsonl, fsync'ed) before this returns."""
         signature = finding.signature()
-        if signature in self._settled:  # its own, or met again as a flaky finding's first kind
-            owner = self._settled[signature]
+        held = signature if signature in self._settled else (*signature[:-1], "*")
+        if held in self._settled:  # its own, or met again as a flaky finding's first kind
+            owner = self._settled[held]
             if owner in self.previous:
                 self.reseen.add(owner)
             return False
@@ -405,8 +406,9 @@ class Ledger:
 
     def known_signature(self, signature: tuple) -> bool:
         """Whether a finding of the campaign accounts for this full signature (its own, or a
-        flaky finding's first-seen kind: ``Finding.settles``)."""
-        return signature in self._settled
+        flaky finding's first-seen kind: ``Finding.settles``; a class-free finding, any
+        class)."""
+        return signature in self._settled or (*signature[:-1], "*") in self._settled
 
     # -- rounds and cells ----------------------------------------------------------------------
 

@@ -168,6 +168,7 @@ def run_slice(
     failure pending, like the end of the budget during a shrink."""
     count = 0
     first_failure: list[float] = []
+    findings_before = len(getattr(session, "findings", ()))
     strategy = session.strategy(cell.op, cell.prop)
     smallest: dict[tuple, Failure] = {}  # failure signature -> smallest failing case seen
     settled: dict[tuple, bool] = {}  # failure signature -> settled when first seen this slice
@@ -246,10 +247,15 @@ def run_slice(
                 first_failure.append(time.monotonic())
             failure = session.last_failure
             if failure is not None:
+                # one Hypothesis failure per cell and kind; settled: its class is recorded
+                # or known (``Failure.classed``), so another dtype or size is not hidden. Once
+                # one is raised, nothing is skipped for the rest of the slice: its shrink may
+                # pass through a settled class (and ends there if it is the same bug).
+                session.skip_settled = False
                 signature = failure.signature()
-                if signature not in settled and not is_settled(signature):
+                if signature not in settled and not is_settled(failure.classed()):
                     _prewarm(session, cell.switch, len(smallest) + 1)
-                settled.setdefault(signature, is_settled(signature))
+                settled.setdefault(signature, is_settled(failure.classed()))
                 if is_final_replay():
                     replayed.add(signature)
                     finals[signature] = failure
@@ -336,14 +342,19 @@ def run_slice(
     finally:
         session.skip_settled = False
         session.defer_finalize = deferred_before
-        for failure in finals.values():
+        # (a stand-in session without ``recorded`` records on its final replay itself)
+        for failure in finals.values() if hasattr(session, "recorded") else ():
             if not session.recorded(failure):
                 _record_final(session, failure, stop_at)
         if first_failure:
             cell.shrink_s += time.monotonic() - first_failure[0]
     new = [failure for signature, failure in smallest.items() if not settled[signature]]
     new = [failure for failure in new if not hangs.noted(session, failure)]  # no finding
-    new = explicit_new + new
+    if hasattr(session, "findings"):  # what this turn recorded anew (a shrink that ended in a
+        # recorded class recorded nothing), the explicit examples' included
+        new = [f for f in session.findings[findings_before:] if f.status != "known"]
+    else:
+        new = explicit_new + new
     skipped_now = skipped.get((cell.op, cell.prop, cell.switch), 0) > skipped_before
     met_known = skipped_now or any(settled.values())
     settle_turn(cell, new, met_known, broken)

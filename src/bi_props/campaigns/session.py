@@ -19,7 +19,7 @@ from ..catalogue.strategies import cases, cases_near_known, control_cases
 from ..integrations import switches
 from ..model import property_spec
 from ..model.batch_reach import BatchReach
-from ..model.case import Case
+from ..model.case import Case, case_class, class_of
 from ..model.known import KnownFailure
 from ..model.observation import Hello
 from ..model.space import Space
@@ -61,6 +61,9 @@ LEAK_PROPERTIES = ("reference", "determinism")
 """The enabled cells of an unclaimed op whose failure is checked for a leak (the same case with
 the switch off): parity judges both states already; batch invariance is stock's own business."""
 MAX_REASONS = 6  # reasons kept per unclaimed op
+CLASSLESS = (FLAKY, INTERNAL)
+"""Finding kinds that are one finding of their cell whatever the case's class: the class of a
+case that failed only once (nondeterminism) or through bi_props' own error says nothing."""
 STRICT_CONTRACT_ENV = "BI_PROPS_STRICT_CONTRACT"
 """Set to 1 (``bi-props fuzz --strict-contract``): the sessions of the run record
 ``strict_contract``, so that a contract widening (parity's kind ``widening``: the switch-on
@@ -124,18 +127,32 @@ class Finding:
     ulps_allowed: float | None = None
     # A ``flaky`` finding: the kind its first run failed with (a mismatch, a timeout, ...).
     first_kind: str | None = None
+    # Its failure class within the cell (``model.case.case_class``): another dtype, layout,
+    # value kind or size class is another finding.
+    case_class: str = ""
 
     def signature(self) -> tuple:
-        return (self.target, self.op, self.property, self.switch, self.kind, self.error_type)
+        klass = self.case_class or class_of(self.case)
+        return (
+            self.target, self.op, self.property, self.switch, self.kind, self.error_type, klass
+        )  # fmt: skip
 
     def settles(self) -> set[tuple]:
         """The signatures this finding accounts for: its own, and a flaky finding's first-seen
-        one (that failure met again is this finding, not a new one to shrink every turn)."""
-        settled = {self.signature()}
+        one (that failure met again is this finding, not a new one to shrink every turn). A
+        flaky or internal finding is one of its cell whatever the class (``CLASSLESS``): its
+        class is ``"*"``."""
+        target, op, prop, switch, kind, error_type, klass = self.signature()
+        klass = "*" if kind in CLASSLESS else klass
+        settled = {(target, op, prop, switch, kind, error_type, klass)}
         if self.first_kind and self.first_kind != self.kind:
-            target, op, prop, switch, _, error_type = self.signature()
-            settled.add((target, op, prop, switch, self.first_kind, error_type))
+            settled.add((target, op, prop, switch, self.first_kind, error_type, klass))
         return settled
+
+    def accounts_for(self, signature: tuple) -> bool:
+        """Whether this finding settles a full signature with its class (``settles``)."""
+        mine = self.settles()
+        return signature in mine or (*signature[:-1], "*") in mine
 
 
 @dataclass(frozen=True)
@@ -154,7 +171,13 @@ class Failure:
     confirm_as: str | None = None
 
     def signature(self) -> tuple:
+        """The cell and kind: what one Hypothesis search shrinks as one failure."""
         return (self.op, self.prop, self.switch, self.kind, self.error_type)
+
+    def classed(self) -> tuple:
+        """``signature`` and the case's failure class (``case_class``): what is recorded, and
+        what a known or recorded finding settles."""
+        return (*self.signature(), case_class(self.case))
 
 
 def failure_class(failure: Failure) -> tuple | None:
@@ -647,22 +670,22 @@ class Session:
     # -- settled signatures: a known failure does not stop the search ---------------------------
 
     def settled(self, signature: tuple) -> bool:
-        """Is a failure signature (``Failure.signature()``) already accounted for: listed in the
-        known-failures file, or already recorded by this session?"""
+        """Is a failure signature with its class (``Failure.classed()``) already accounted
+        for: listed in the known-failures file, or already recorded by this session?"""
         full = (self.target, *signature)
         return any(k.matches(full) for k in self.known) or any(
-            full in f.settles() for f in self.findings
+            f.accounts_for(full) for f in self.findings
         )
 
     def _skip_settled(self, failure: Failure) -> bool:
         """When ``skip_settled`` is on and the failure's signature is settled, note it (the first
         time, a known-failures match is recorded as a *known* finding, unshrunk) and let the
         example pass, so that the cell keeps exploring for other signatures."""
-        if not self.skip_settled or not self.settled(failure.signature()):
+        if not self.skip_settled or not self.settled(failure.classed()):
             return False
         cell = (failure.op, failure.prop, failure.switch)
         self.skipped_known[cell] = self.skipped_known.get(cell, 0) + 1
-        if not self.recorded(failure):
+        if not self.recorded(failure) and not self._known_recorded(failure):
             self.finalize(
                 failure,
                 shrink="not shrunk: a known failure, skipped so that the cell keeps exploring",
@@ -671,8 +694,20 @@ class Session:
         _note("A known failure (its signature is settled): skipped, the search goes on.")
         return True
 
+    def _known_recorded(self, failure: Failure) -> bool:
+        """Whether a known-failures entry naming every class of the cell (no case, no class)
+        matches this failure and one of its findings is recorded already: one known finding
+        per entry, not one per class met."""
+        full = (self.target, *failure.classed())
+        entries = [k for k in self.known if k.matches(full) and k.failure_class() is None]
+        return any(k.matches(f.signature()) for k in entries for f in self.findings)
+
     def _failed(self, failure: Failure) -> None:
-        """Remember the failure; on Hypothesis' final replay (the minimal case) record it."""
+        """Remember the failure; on Hypothesis' final replay (the minimal case) record it.
+        Nothing is skipped after it in this search (``skip_settled`` off until the driver sets
+        it again): its shrink may pass through a settled class, and ends there when it is the
+        same bug (then nothing new is recorded)."""
+        self.skip_settled = False
         self.last_failure = failure
         self._failed_cases[(failure.op, failure.prop, failure.switch, repr(failure.case))] = (
             failure.signature()
@@ -737,6 +772,7 @@ class Session:
             confirmation=confirmation,
             **reference_ulps(failure.message),
             first_kind=confirm_kind if confirm_kind not in (None, failure.kind) else None,
+            case_class=case_class(case),
         )
         if finding.kind == INTERNAL:
             self.status = STATUS_INTERNAL
@@ -851,8 +887,8 @@ class Session:
     def recorded(self, failure: Failure) -> bool:
         """Whether a finding accounting for this failure's full signature (``Finding.settles``)
         is recorded already."""
-        full = (self.target, *failure.signature())
-        return any(full in f.settles() for f in self.findings)
+        full = (self.target, *failure.classed())
+        return any(f.accounts_for(full) for f in self.findings)
 
     def record(self, finding: Finding) -> None:
         """Keep the finding and write the report at once: nothing a long run found is lost."""
@@ -960,6 +996,12 @@ class Session:
             "sweeps": list(self.sweeps),
             "switching": self.switching or {"ok": None, "message": "not judged yet"},
             "evidence": session_evidence(self),
+            # examples whose failure was a settled (known or recorded) class, let pass so that
+            # the cell kept looking for other classes: counted, never silent
+            "skipped_known": [
+                {"op": op, "property": prop, "switch": switch, "examples": n}
+                for (op, prop, switch), n in self.skipped_known.items()
+            ],
             "hang_suspicions": list(self.hang_suspicions),
         }
 

@@ -34,11 +34,8 @@ class SwitchingCheck:
         try:
             self.verdicts[target] = switching.session_verdict(target)
         except Exception as exc:  # bi_props' own failure: said, never a silent pass
-            self.verdicts[target] = {
-                "ok": None,
-                "message": f"not judged: the switching check failed ({type(exc).__name__}: "
-                f"{exc})",
-            }
+            why = f"{type(exc).__name__}: {exc}"
+            self.verdicts[target] = {"ok": None, "message": f"not judged: it failed ({why})"}
 
     def finish(self, timeout: float = JOIN_S) -> dict[str, dict[str, Any]]:
         """The verdicts, each thread waited for (a thread still running: "not judged")."""

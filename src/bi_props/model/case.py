@@ -145,6 +145,38 @@ class Case:
         )
 
 
+SIZE_CLASSES = ((16, "small"), (256, "medium"))
+"""A case's size class by its largest extent (the batch's rows included): <= 16, <= 256,
+else "large"."""
+
+
+def case_class(case: Case) -> str:
+    """The class of a failing case within its cell: dtype, layout kind (contiguous, strided,
+    padded), value kind (finite, special) and size class (``SIZE_CLASSES``), as
+    ``"bfloat16/strided/finite/medium"``. A new bug in another dtype, layout or size is another
+    class, so a known or recorded failure of one class does not hide it; shrinking keeps what
+    a failure needs (a bf16-only bug shrinks within bf16), so one bug shrinks to one class."""
+    if case.padded:
+        layout = "padded"
+    else:
+        layout = "contiguous" if all(x == "contiguous" for x in case.layouts) else "strided"
+    values = "special" if case.values == "special" else "finite"
+    rows = case.shape[0] if case.shape else 0
+    if case.batch is not None:
+        rows += sum(c.rows for c in case.batch.companions)
+    largest = max([rows, *case.shape[1:]], default=0)
+    size = next((name for top, name in SIZE_CLASSES if largest <= top), "large")
+    return f"{case.dtype}/{layout}/{values}/{size}"
+
+
+def class_of(text: str | None) -> str:
+    """``case_class`` of a case's repr; "" where it is no Case (a switching step sequence)."""
+    try:
+        return case_class(parse_case(text or ""))
+    except (ValueError, TypeError):
+        return ""
+
+
 def eval_record_repr(text: str, allowed: dict[str, type], kind: str) -> object:
     """Evaluate a record's repr (a report entry, a regressions file) without executing arbitrary
     code: only calls of the ``allowed`` record types with literal arguments are accepted, and the

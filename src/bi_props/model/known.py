@@ -16,7 +16,9 @@ only a cache, a regressions file is a promise.
     error_type = "TypeError"       # optional: any exception type when absent
     reason = "Triton kernels registered on CPU, where Triton has no backend"
     link = "https://..."           # optional
-    case = "Case(...)"             # optional: re-run to tell 'still failing' from 'fixed'
+    case = "Case(...)"             # optional: re-run to tell 'still failing' from 'fixed';
+                                   # it names its failure class (dtype/layout/values/size)
+    case_class = "bfloat16/strided/finite/medium"  # optional: the class without a case
 
     [[case]]                       # regressions.toml
     op = "mm"
@@ -33,7 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .case import Case, parse_case
+from .case import Case, class_of, parse_case
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -59,13 +61,25 @@ class KnownFailure:
     reason: str = ""
     link: str = ""
     case: str | None = None
+    # The failure class it names (``case.case_class``: "dtype/layout/values/size"); from its
+    # ``case`` when it records one; absent: every class of the cell (say so on purpose).
+    case_class: str | None = None
+
+    def failure_class(self) -> str | None:
+        if self.case_class:
+            return self.case_class
+        return class_of(self.case) or None if self.case else None
 
     def matches(self, signature: tuple) -> bool:
-        target, op, prop, switch, kind, error_type = signature
+        """Whether a finding's signature (``Finding.signature()``: target, op, property,
+        switch, kind, error type and failure class) is this known failure."""
+        target, op, prop, switch, kind, error_type, *rest = signature
+        wanted = self.failure_class()
         return (
             self.target in ("*", target)
             and (self.op, self.property, self.switch, self.kind) == (op, prop, switch, kind)
             and (self.error_type is None or self.error_type == error_type)
+            and (wanted is None or not rest or rest[0] in ("", wanted))
         )
 
     def cell(self) -> tuple[str, str, str]:

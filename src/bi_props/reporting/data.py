@@ -18,7 +18,7 @@ from typing import Any
 
 from .ulp import max_ulp
 
-SIGNATURE_FIELDS = ("target", "op", "property", "switch", "kind", "error_type")
+SIGNATURE_FIELDS = ("target", "op", "property", "switch", "kind", "error_type", "case_class")
 MAX_POINTS_PER_OP = 4000  # scatter points kept per op (failures always kept)
 
 FAILING_STATUSES = ("new", "still failing", "not seen this run", "regression")
@@ -250,7 +250,8 @@ def finding_statuses(report: dict[str, Any]) -> list[FindingStatus]:
     known = report.get("known") or []
     result = []
     for finding in report.get("findings", []):
-        status = campaign.get(signature(finding), "new")
+        sig = signature(finding)  # a report from before failure classes has 6 fields
+        status = campaign.get(sig, campaign.get(sig[:-1], "new"))
         entry = known_entry(finding, known)
         if entry is None and finding.get("status") == "known":
             status = "known"
