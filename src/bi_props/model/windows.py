@@ -16,7 +16,7 @@ controller (reports, reproducers) both use it.
 
 from __future__ import annotations
 
-MAX_WINDOWS = 8
+MAX_WINDOWS = 5
 """At most this many windows per example (the largest first): beyond it the rows judged grow by
 less than one percent while each window still costs a call."""
 
