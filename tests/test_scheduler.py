@@ -357,3 +357,34 @@ def test_a_cell_with_its_stated_examples_gets_no_more_turns() -> None:
         unbounded.add(Item(f"e{i}", "cell", "enabled"))
     log = _run(unbounded, {}, 15 * 0.1)
     assert unbounded.items[0].examples < 30  # the same 15 turns left the disabled cell short
+
+
+def test_the_users_question_has_its_first_turns_before_any_other_cell() -> None:
+    """On a broken target, the model-level cells and each claimed op's enabled batch-invariance
+    cell (``Item.first``) are answered before any other cell's first turn (and so before any
+    of their failures is shrunk)."""
+    s = Scheduler(60.0)
+    others = [s.add(Item(f"op{i} reference")) for i in range(5)]
+    question = [s.add(Item("mm batch_invariance")), s.add(Item("probe_model logprobs"))]
+    for item in question:
+        item.first = True
+    order = []
+    for _ in range(len(others) + len(question)):
+        item, _limit = s.next(0.0)
+        order.append(item)
+        s.done(item, 0.01, 1)
+    assert order[: len(question)] == question
+
+
+def test_a_cell_below_its_floor_or_with_known_cases_pending_jumps_the_queue() -> None:
+    s = Scheduler(60.0)
+    plain, floored, pending = (s.add(Item(f"op{i}")) for i in range(3))
+    for item in (plain, floored, pending):  # every first turn taken
+        s.done(item, 0.01, 5)
+    floored.floor, floored.judged = 10, 5
+    pending.pending = True
+    assert s.next(1.0)[0] is pending  # known cases first, then the floor
+    pending.pending = False
+    assert s.next(1.0)[0] is floored
+    floored.judged = 10
+    assert not floored.urgent

@@ -45,7 +45,7 @@ from typing import Any, TextIO
 from ..catalogue import controls as catalogue_controls
 from ..model.space import Space
 from ..runner.controller import WorkerFailure
-from .evidence import FLOORED
+from .evidence import FLOORED, MODEL_PROPERTIES
 from .explicit import load_variants, pending
 from .fuzz import SLICE_EXAMPLES, Cell, Interrupted, _on_sigterm, cells_for, run_slice
 from .scheduler import Item, Scheduler
@@ -905,6 +905,9 @@ class Campaign:
                 item.batch_compared = cell.prop == "batch_invariance"
                 if item.claimed and cell.switch == "enabled" and cell.prop in FLOORED:
                     item.floor = self.space.min_judged
+                model = cell.prop in MODEL_PROPERTIES and cell.switch == "enabled"
+                item.first = model or (item.claimed and item.batch_compared and
+                                       cell.switch == "enabled")  # fmt: skip
                 schedule.add(item)
         for target, state in states.items():
             for control in state.session.controls:

@@ -20,7 +20,10 @@ turn's time limit. Its policy, in order:
    searching. Once every cell is retired, unfinished controls may
    use what is left of the budget (their search or shrink continues at the end). A share of 0
    turns the controls off.
-2. **First turns, where bugs are first.** Cells that have not had a turn go first: cells of ops
+2. **First turns, where bugs are first.** Cells that have not had a turn go first: first the
+   cells that answer the user's question (``Item.first``: the model-level cells and each claimed
+   op's enabled batch-invariance cell), so a broken target's other failures and their shrinks
+   cannot take the budget before it is answered; then cells of ops
    the target claims (its own kernels, in both switch states: a switch leak shows in the
    disabled state's routing cell) before those it leaves to stock kernels, and within each,
    enabled-state and ``parity`` cells before disabled-state ones (a library claiming ``mm``
@@ -118,6 +121,7 @@ class Item:
     group: Any = None  # the target: first turns alternate between targets of equal priority
     first_turn_s: float | None = None  # the first turn's seconds, its shrink excluded
     batch_compared: bool = False  # a batch-invariance cell (``BATCH_WEIGHT``)
+    first: bool = False  # the user's question: a first turn before other cells' (policy 2)
     floor: int = 0  # judged examples the cell must reach (the module's policy 5)
     judged: int = 0  # judged examples so far (the campaign updates it after each turn)
     pending: bool = False  # explicit cases wait for the cell's next turn (policy 5)
@@ -239,6 +243,7 @@ class Scheduler:
             cell = min(
                 first,
                 key=lambda c: (
+                    not c.first,
                     not c.claimed,
                     not c.enabled_state,
                     started.get(c.group, 0),

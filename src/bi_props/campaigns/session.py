@@ -181,18 +181,23 @@ class Failure:
 
 
 def failure_class(failure: Failure) -> tuple | None:
-    """The failure class of an exception: the same exception (type and message) from one op,
-    whatever the property (a half-installed kernel raising TypeError in every cell of its op).
-    A class is shrunk and confirmed once; its other cells are recorded as the same failure.
-    None for failures that name no exception (a mismatch is each property's own evidence)."""
+    """The root cause of an exception, across properties and ops: the same exception type and
+    message stem (numbers elided), or the same crash signal (a half-installed kernel raising
+    TypeError in every cell of several ops; a library that segfaults on a dtype). A class is
+    shrunk and confirmed once; its other cells are recorded as the same failure, at no fresh
+    start each. None for failures that name no exception (a mismatch is each property's own
+    evidence)."""
     if not failure.error_type or failure.kind == INTERNAL:
         return None
     import re
 
+    if failure.kind == "crash":
+        signal = re.search(r"SIG[A-Z]+|signal -?\d+", failure.message)
+        return (failure.kind, failure.error_type, signal.group(0) if signal else "")
     match = re.search(rf"{re.escape(failure.error_type)}: (.*)", failure.message)
     text = match.group(1) if match else (failure.message.splitlines() or [""])[0]
     text = text.split("; disabled ")[0]  # parity's message goes on with the other state
-    return (failure.op, failure.kind, failure.error_type, text.strip())
+    return (failure.kind, failure.error_type, re.sub(r"\d+", "#", text.strip())[:200])
 
 
 @dataclass(repr=False)
@@ -869,7 +874,7 @@ class Session:
         if key is None:
             return None
         for finding in self.findings:
-            if finding.target != self.target or finding.op != failure.op:
+            if finding.target != self.target:
                 continue
             other = Failure(
                 finding.op,
