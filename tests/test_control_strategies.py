@@ -89,8 +89,12 @@ def test_a_control_that_spent_its_quota_is_not_applicable_not_blind(monkeypatch)
     session, seen = _session([Verdict(True)], control_examples=12)
     control = session.control("sum", "batch_invariance", seed=1)
     assert control.state == "done" and control.applicable is False, control
-    assert control.examples == 12 == len(seen), (control, len(seen))
+    # its quota, then the targeted probes (a 1-row needle beside 15, 16, 255 rows, widths at
+    # vector tails, contiguous and transposed) before "not applicable"
+    assert control.examples == 12 and len(seen) == 12 + control.targeted, (control, len(seen))
+    assert control.targeted == control.targeted_judged == 72
     assert control.explicit == 3  # sum's one explicit example in each of the three dtypes
+    assert "p < " in control.message and "targeted probes" in control.message
     assert control.message.startswith("stock kernel invariant here: control not applicable")
     report = {"controls": [vars(control)]}
     assert blind_controls(report) == [] and inapplicable_controls(report) == [vars(control)]

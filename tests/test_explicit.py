@@ -37,7 +37,7 @@ def test_known_variant_cases_are_kept_smallest_first_and_in_the_database():
     assert not explicit.add_variant(session, small.with_batch(None))  # nothing to compare
     assert explicit.variants(session, "mm") == (small, big)
     for i in range(explicit.MAX_VARIANTS + 3):  # the largest go first when over the cap
-        explicit.add_variant(session, _mm(1, (2 + i,), seed=10 + i))
+        explicit.add_variant(session, _mm(1, (16 + i,), seed=10 + i))
     kept = explicit.variants(session, "mm")
     assert len(kept) == explicit.MAX_VARIANTS and big not in kept and small in kept
     # a later session (a later run, a Ray actor) starts with them; a stale entry is dropped

@@ -26,8 +26,9 @@ TARGET = SimpleNamespace(device="cpu")
 def test_halvings_are_distinct_smaller_and_bounded():
     assert halvings(0) == [] and halvings(1) == []
     assert halvings(2) == [1]
-    assert halvings(300) == [150, 75, 37, 18, 9, 4, 2, 1]
+    assert halvings(300) == [150, 75, 37, 18, 9, 4, 2, 1][:MAX_WINDOWS]
     assert halvings(10**9)[:2] == [500000000, 250000000] and len(halvings(10**9)) == MAX_WINDOWS
+    assert halvings(8) == [4, 2, 1]
     assert row_windows(5) == [2, 1] and sample_windows(4) == [2, 1]
 
 

@@ -957,7 +957,7 @@ class Campaign:
         if need is None:
             return False
         cells = schedule.cells()
-        if any(not c.done and (c.examples < need or c.urgent) for c in cells):
+        if any(not c.done and (c.examples < need or getattr(c, "urgent", False)) for c in cells):
             return False
         if self.control_share > 0 and any(not c.done for c in schedule.controls()):
             return False

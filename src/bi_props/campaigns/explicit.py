@@ -312,6 +312,13 @@ def _record_shrunk(session: Session, failure, stop_at: float | None) -> None:
     """Shrink an explicit example's failure (campaigns/shrink.py) and record it."""
     from .shrink import shrink
 
+    if session.same_failure(failure) is not None:  # its root cause is shrunk already
+        session.shrink_note = ""
+        try:
+            session.finalize(failure)
+        finally:
+            session.shrink_note = EXPLICIT_NOTE
+        return
     shrunk, how = shrink(session, failure, stop_at)  # judges candidates, records nothing
     session.shrink_note = ""
     try:

@@ -182,8 +182,9 @@ class Failure:
 
 def failure_class(failure: Failure) -> tuple | None:
     """The root cause of an exception, across properties and ops: the same exception type and
-    message stem (numbers elided), or the same crash signal (a half-installed kernel raising
-    TypeError in every cell of several ops; a library that segfaults on a dtype). A class is
+    message stem (numbers and dtype names elided), or the same crash signal (a half-installed
+    kernel raising TypeError in every cell of several ops; a library that segfaults on a
+    dtype). A class is
     shrunk and confirmed once; its other cells are recorded as the same failure, at no fresh
     start each. None for failures that name no exception (a mismatch is each property's own
     evidence)."""
@@ -197,7 +198,8 @@ def failure_class(failure: Failure) -> tuple | None:
     match = re.search(rf"{re.escape(failure.error_type)}: (.*)", failure.message)
     text = match.group(1) if match else (failure.message.splitlines() or [""])[0]
     text = text.split("; disabled ")[0]  # parity's message goes on with the other state
-    return (failure.kind, failure.error_type, re.sub(r"\d+", "#", text.strip())[:200])
+    stem = re.sub(r"\b(torch\.)?(b?float|u?int|complex)\d*\b", "<dtype>", text.strip())
+    return (failure.kind, failure.error_type, re.sub(r"\d+", "#", stem)[:200])
 
 
 @dataclass(repr=False)
