@@ -329,7 +329,9 @@ def test_resume_after_sigkill_finds_everything_an_uninterrupted_run_finds(
     full = tmp_path / "full"
     done = _run(planted, full, "--seed", "11")
     assert done.returncode == 1, done.stderr[-3000:]
-    expected = set(_signatures(_report(full)))
+    # what each bug is (the failure class of its shrunk case aside: a resumed run's shrink may
+    # end in another class of the same bug)
+    expected = {s[:6] for s in _signatures(_report(full))}
     assert expected >= BUG_SIGNATURES, done.stderr[-3000:]
 
     # 2. The same campaign, SIGKILLed as soon as its first finding is on disk.
@@ -360,7 +362,7 @@ def test_resume_after_sigkill_finds_everything_an_uninterrupted_run_finds(
     report = _report(killed)
     final = _signatures(report)
     assert len(final) == len(set(final)), "a signature was reported twice"
-    assert set(final) >= expected
+    assert {s[:6] for s in final} >= expected
     after = _lines(findings)
     assert [finding_from_dict(f).signature() for f in after] == final
     assert after[: len(before)] == before  # what was on disk before the kill is kept as it was

@@ -142,7 +142,7 @@ def test_ray_campaign_survives_a_killed_actor(local_ray, tmp_path: Path) -> None
 
     signatures = [finding_from_dict(f).signature() for f in report["findings"]]
     assert len(signatures) == len(set(signatures))
-    assert set(signatures) >= BUG_SIGNATURES, text[-3000:]
+    assert {s[:6] for s in signatures} >= BUG_SIGNATURES, text[-3000:]
     assert report["campaign"]["mode"] == "ray"
     assert report["campaign"]["ray"]["actors"] == 2
     assert report["campaign"]["ray"]["requeued"] == [shard_id]

@@ -131,6 +131,13 @@ def _parser() -> argparse.ArgumentParser:
         "the report says the run stopped early",
     )
     fuzz.add_argument("--ops", default=None, help="comma-separated catalogue ops (default: all)")
+    fuzz.add_argument(
+        "--modes",
+        default=None,
+        help="comma-separated execution modes: eager, compiled (torch.compile, Inductor; "
+        "seconds of compile per new graph); default: the space's [modes] choices (eager); a "
+        "target narrows them (the inductor target compiles everything)",
+    )
     fuzz.add_argument("--profile", default="cpu", help="bundled search space to use")
     fuzz.add_argument(
         "--strategies",
@@ -456,6 +463,13 @@ def _space(args: argparse.Namespace):
                 )
             )
         space = replace(space, ops=ops)
+    if getattr(args, "modes", None):
+        from .model.case import MODES
+
+        modes = tuple(m.strip() for m in args.modes.split(",") if m.strip())
+        if not modes or any(m not in MODES for m in modes):
+            raise SystemExit(_usage(f"--modes {args.modes!r}: choose from {list(MODES)}"))
+        space = replace(space, modes=tuple(m for m in MODES if m in modes))
     return space
 
 

@@ -113,6 +113,12 @@ def doctor(target: str, out: TextIO | None = None, switch_provider: str = "env")
             ok &= hello.status == "ready"
     finally:
         runner.close()
+    if target == "inductor":  # what Inductor can compile with here (its CPU and GPU backends)
+        from .targets.inductor import backends
+
+        print("\nInductor backends:", file=out)
+        for key, value in backends().items():
+            print(f"  {key:>18}: {value}", file=out)
     problem = vllm_install_problem(target)
     if problem:
         print(f"\nvLLM install: BROKEN: {problem}", file=out)

@@ -136,6 +136,7 @@ def _saw_variance(session: Session, control: Control, case: Case, message: str, 
     (campaigns/explicit.py), and the control's case when it is the first or a smaller one."""
     from .explicit import add_variant
 
+    case = session.runner.settle(case)  # kept in the mode it ran in (Case.mode)
     control.variant_cases += add_variant(session, case)
     if control.variance_seen and control.case is not None:
         from ..model.case import parse_case
@@ -308,6 +309,12 @@ def run_control(
     if control.explicit == 0 and control.examples == 0 and OPS[op].control_examples:
         errors += _try_explicit(session, control, prop, judge)
         if control.state == "done":  # an internal error
+            session.write_report()
+            return control
+        if stop_at is not None and session.space.power_examples:  # a turn of a campaign: the
+            # explicit examples alone, so every control's known cases are out early
+            control.state = "probing"
+            control.message = "explicit examples tried; the power probe comes next"
             session.write_report()
             return control
     if control.power_draws < session.space.power_examples:

@@ -177,11 +177,14 @@ def pending(session: Session, op: str, prop: str, switch: str) -> list[Case]:
     done = session.explicit_done.setdefault((op, prop, switch), set())
     out: list[Case] = []
     if prop in VARIANT_PROPERTIES and switch == "enabled":
-        for case in variants(session, op):
-            for step in range(SEEDS):
-                ready = _for_entry(session, reseeded(case, step))
-                if ready is not None:
-                    out.append(ready)
+        from .modes import each_mode
+
+        for known in variants(session, op):
+            for case in each_mode(session, known):  # compiled too, where the run draws both
+                for step in range(SEEDS):
+                    ready = _for_entry(session, reseeded(case, step))
+                    if ready is not None:
+                        out.append(ready)
     template = session.dtype_templates.get((op, prop, switch))
     if prop in ("parity", "reference") and template is None and session.explicit_examples:
         template = template_for(session, op, prop, switch)

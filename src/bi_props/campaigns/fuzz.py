@@ -203,6 +203,8 @@ def run_slice(
             settle_turn(cell, explicit_new, False)
             return count
     is_settled = getattr(session, "settled", lambda signature: False)
+    accounted = getattr(session, "accounted", lambda failure: is_settled(failure.classed()))
+    has_finding = getattr(session, "has_finding_for", lambda failure: False)
     same_failure = getattr(session, "same_failure", lambda failure: None)
     skipped = getattr(session, "skipped_known", {})
     skipped_before = skipped.get((cell.op, cell.prop, cell.switch), 0)
@@ -253,9 +255,9 @@ def run_slice(
                 # pass through a settled class (and ends there if it is the same bug).
                 session.skip_settled = False
                 signature = failure.signature()
-                if signature not in settled and not is_settled(failure.classed()):
+                if signature not in settled and not accounted(failure):
                     _prewarm(session, cell.switch, len(smallest) + 1)
-                settled.setdefault(signature, is_settled(failure.classed()))
+                settled.setdefault(signature, accounted(failure))
                 if is_final_replay():
                     replayed.add(signature)
                     finals[signature] = failure
@@ -298,11 +300,13 @@ def run_slice(
         pass
     except SameFailure:  # recorded at once (finalize refers to the first of its class)
         for failure in smallest.values():
-            if not session.recorded(failure):
+            if not has_finding(failure) and not _unproven_class(session, failure):
                 session.finalize(failure)
     except BudgetSpent:
         spent = time.monotonic() - started
         for failure in smallest.values():
+            if _unproven_class(session, failure):
+                continue
             session.finalize(
                 failure,
                 shrink=f"stopped {stop_why} after {spent:.0f} s of this cell: "
@@ -320,7 +324,7 @@ def run_slice(
         flaky = _hypothesis_flaky(exc)
         for signature, failure in smallest.items():
             if signature in deferred:  # one of several failures: recorded as its class
-                if not session.recorded(failure):
+                if not has_finding(failure):
                     session.finalize(failure)
                 continue
             if signature in replayed:
@@ -328,10 +332,10 @@ def run_slice(
             if flaky and session.passed_again(failure):  # the very case passed when rerun
                 _record_flaky(session, failure)
             elif flaky:  # failed again, but differently (a crash, then a timeout under load)
-                if not session.recorded(failure):
+                if not has_finding(failure):
                     session.finalize(failure, shrink=FAILED_DIFFERENTLY)
-            else:  # shrunk away inside another failure of the same origin: still a finding
-                session.finalize(
+            elif not _unproven_class(session, failure):  # shrunk away inside another
+                session.finalize(  # failure of the same origin: still a finding
                     failure,
                     shrink="seen while Hypothesis shrank another failure of the same origin: "
                     "the smallest failing case seen, not necessarily minimal",
@@ -344,7 +348,7 @@ def run_slice(
         session.defer_finalize = deferred_before
         # (a stand-in session without ``recorded`` records on its final replay itself)
         for failure in finals.values() if hasattr(session, "recorded") else ():
-            if not session.recorded(failure):
+            if not has_finding(failure):
                 _record_final(session, failure, stop_at)
         if first_failure:
             cell.shrink_s += time.monotonic() - first_failure[0]
@@ -359,6 +363,21 @@ def run_slice(
     met_known = skipped_now or any(settled.values())
     settle_turn(cell, new, met_known, broken)
     return count
+
+
+def _unproven_class(session, failure: Failure) -> bool:
+    """A failure whose shrink did not finish, of a cell and kind that already has a finding:
+    only a finished shrink shows it is another class (another bug) and not the recorded one
+    met at a larger case; so it is counted as met (``skipped_known``), not recorded."""
+    findings = getattr(session, "findings", None)
+    if not findings or not hasattr(session, "skipped_known"):
+        return False
+    cell = (failure.op, failure.prop, failure.switch)
+    mine = (session.target, *cell, failure.kind, failure.error_type)
+    if not any(f.signature()[:6] == mine for f in findings):
+        return False
+    session.skipped_known[cell] = session.skipped_known.get(cell, 0) + 1
+    return True
 
 
 def _record_final(session: Session, failure: Failure, stop_at: float | None) -> None:

@@ -271,6 +271,8 @@ class Scheduler:
         """When a shrink that starts ``now`` (in ``item``'s turn) must stop, in seconds since the
         start: the budget's end less a reserve for the first turns still due (the policy's 4)."""
         due = [c for c in self.cells() if c is not item and not c.done and c.turns == 0]
+        if item is not None and item.first:  # the user's question: only its own cells wait
+            due = [c for c in due if c.first]
         if not due:
             return self.budget_s
         reserve = FIRST_TURN_MARGIN * self.first_turn_estimate() * len(due)

@@ -21,6 +21,7 @@ from ..model import property_spec
 from ..model.batch_reach import BatchReach
 from ..model.case import Case, case_class, class_of
 from ..model.known import KnownFailure
+from ..model.modes import mode_lines
 from ..model.observation import Hello
 from ..model.space import Space
 from ..reporting.ulp import coverage_extras, reference_ulps
@@ -42,6 +43,7 @@ from .controls import (
     run_control,
 )
 from .evidence import session_evidence
+from .modes import fresh_compile_env, mode_space, modes_report
 
 INTERNAL = "internal"  # bi_props itself failed (controller side, or InternalError in a worker)
 # An op the target does not swap, batch-variant with the switch on, under a target whose switch
@@ -310,6 +312,7 @@ class Session:
             start_timeout_s=self.space.start_timeout_s,
             fork=self.space.fork_workers,
             extra_env={switches.PROVIDER_ENV: self.switch_provider},
+            modes=self.space.modes,  # Case.mode: the target narrows them (campaigns/modes.py)
         )
 
     # -- the target ----------------------------------------------------------------------------
@@ -330,9 +333,9 @@ class Session:
         key = (op, prop, len(known))
         if key not in self._strategies:
             if known:
-                strategy = cases_near_known(self.space, op, prop, self.entries(op), known)
+                strategy = cases_near_known(mode_space(self), op, prop, self.entries(op), known)
             else:
-                strategy = cases(self.space, op, prop, self.entries(op))
+                strategy = cases(mode_space(self), op, prop, self.entries(op))
             self._strategies[key] = strategy
         return self._strategies[key]
 
@@ -340,7 +343,7 @@ class Session:
         """The case strategy of a negative control of (op, prop): ``control_cases``, built once."""
         key = (op, prop, "control")
         if key not in self._strategies:
-            self._strategies[key] = control_cases(self.space, op, prop, self.entries(op))
+            self._strategies[key] = control_cases(mode_space(self), op, prop, self.entries(op))
         return self._strategies[key]
 
     def covered(self, op: str) -> bool:
@@ -366,6 +369,7 @@ class Session:
 
         else:
             observe = self.runner.observe
+        case = self.runner.settle(case)  # in a mode the run draws (Case.mode)
         spec = property_spec.get(prop)
         if spec.both_states:  # parity: the enabled and the disabled worker's observations
             return spec.judge(observe(prop, case, "enabled"), observe(prop, case, "disabled"))
@@ -419,7 +423,12 @@ class Session:
                     example_timeout_s=self.space.example_timeout_s,
                     start_timeout_s=self.space.start_timeout_s,
                     fork=False,  # its own interpreter: no state shared with the first worker
-                    extra_env={switches.PROVIDER_ENV: self.switch_provider},
+                    # compiled cases: a fresh compile too (its own caches; campaigns/modes.py)
+                    extra_env={
+                        switches.PROVIDER_ENV: self.switch_provider,
+                        **fresh_compile_env(self),
+                    },
+                    modes=self.space.modes,
                 )
             self._second.deadline = self.runner.deadline
             first, second = observation, self._second.observe("determinism", case, switch)
@@ -447,6 +456,7 @@ class Session:
         example, re-run it in a brand-new worker and record the finding. A case that failed
         before and passes now is remembered (``passed_again``): the evidence of a flaky one."""
         self._held = False
+        case = self.runner.settle(case)  # recorded in the mode it runs in (Case.mode)
         if (self._check(op, prop, switch, case) or self._held) and self._failed_cases:
             signature = self._failed_cases.pop((op, prop, switch, repr(case)), None)
             if signature is not None:
@@ -684,15 +694,42 @@ class Session:
             f.accounts_for(full) for f in self.findings
         )
 
+    def accounted(self, failure: Failure) -> bool:
+        """Whether a failure is accounted for already: its class is settled (``settled``), or
+        it is an exception of a root cause (``failure_class``) this very cell recorded: the
+        same exception in another dtype or size says nothing new, where a mismatch might."""
+        return self.settled(failure.classed()) or self._same_root_here(failure)
+
+    def has_finding_for(self, failure: Failure) -> bool:
+        """Whether this session holds a finding accounting for the failure: of its class
+        (``recorded``), or of its root cause in its cell (``accounted``)."""
+        return self.recorded(failure) or self._same_root_here(failure)
+
+    def _same_root_here(self, failure: Failure) -> bool:
+        root = failure_class(failure)
+        if root is None:
+            return False
+        cell = (failure.op, failure.prop, failure.switch, failure.kind, failure.error_type)
+        return any(
+            (f.op, f.property, f.switch, f.kind, f.error_type) == cell
+            and failure_class(
+                Failure(f.op, f.property, f.switch, failure.case, f.kind, f.message, f.error_type)
+            )
+            == root
+            for f in self.findings
+        )
+
     def _skip_settled(self, failure: Failure) -> bool:
-        """When ``skip_settled`` is on and the failure's signature is settled, note it (the first
-        time, a known-failures match is recorded as a *known* finding, unshrunk) and let the
-        example pass, so that the cell keeps exploring for other signatures."""
-        if not self.skip_settled or not self.settled(failure.classed()):
+        """When ``skip_settled`` is on and the failure is accounted for (``accounted``), note it
+        (the first time, a known-failures match is recorded as a *known* finding, unshrunk) and
+        let the example pass, so that the cell keeps exploring for other signatures."""
+        if not self.skip_settled or not self.accounted(failure):
             return False
         cell = (failure.op, failure.prop, failure.switch)
         self.skipped_known[cell] = self.skipped_known.get(cell, 0) + 1
-        if not self.recorded(failure) and not self._known_recorded(failure):
+        full = (self.target, *failure.classed())
+        listed = any(k.matches(full) for k in self.known)  # the first sight of a known entry
+        if listed and not self.has_finding_for(failure) and not self._known_recorded(failure):
             self.finalize(
                 failure,
                 shrink="not shrunk: a known failure, skipped so that the cell keeps exploring",
@@ -1010,6 +1047,7 @@ class Session:
                 for (op, prop, switch), n in self.skipped_known.items()
             ],
             "hang_suspicions": list(self.hang_suspicions),
+            **modes_report(self),  # modes drawn / not applicable, compile time (not kernel time)
         }
 
     def degenerate_summary(self) -> dict[str, Any]:
@@ -1097,6 +1135,7 @@ def routing_lines(session: Session) -> list[str]:
         f"ROUTING NOT OBSERVABLE: {op} [{switch}]: {why}"
         for (op, switch), why in session.unobservable.items()
     ]
+    lines += mode_lines(modes_report(session))  # compiled mode: modes drawn, not applicable
     return lines + [unclaimed_line(op, entry) for op, entry in session.unclaimed.items()]
 
 

@@ -357,6 +357,10 @@ def cases(
         case = case.with_batch(batch)
     if space.padded and info.padded is not None and shape and info.padded(case):
         case = case.with_padded(_padded(draw, space, case))
+    modes = tuple(getattr(space, "modes", ("eager",)))  # Case.mode; drawn last, shrinks to eager
+    if modes != ("eager",):  # an eager-only space draws nothing: its choice sequences stay
+        mode = draw(choice(modes)) if len(modes) > 1 else modes[0]
+        case = replace(case, mode=mode, options=dict(case.options))
     return case
 
 
@@ -378,8 +382,9 @@ def _shift() -> st.SearchStrategy[int]:
 def near(draw: st.DrawFn, base: Case, space: Space) -> Case:
     """A neighbour of ``base``: the same op, entry, shape, layouts, options and companions'
     rows; other data (every sample's seed moved by one drawn shift), the needle at another
-    place, and another dtype or order-sensitive value class. Every draw shrinks toward
-    ``base`` itself (shift 0, the same place, its own dtype and values)."""
+    place, and another dtype or order-sensitive value class (or, where the space draws several,
+    another mode). Every draw shrinks toward ``base`` itself (shift 0, the same place, its own
+    dtype, values and mode)."""
     shift = draw(_shift())
     dtype, values = base.dtype, base.values
     others = tuple(d for d in space.dtypes if d != base.dtype)
@@ -397,6 +402,9 @@ def near(draw: st.DrawFn, base: Case, space: Space) -> Case:
         position = batch.position
         companions = tuple(replace(c, seed=(c.seed + shift) % 2**32) for c in batch.companions)
         batch = Batch(position, companions)
+    mode, modes = base.mode, tuple(getattr(space, "modes", ("eager",)))
+    if len(modes) > 1 and draw(st.booleans()):  # half of the time another mode (Case.mode)
+        mode = draw(choice(tuple(m for m in modes if m != base.mode) or modes))
     return replace(
         base,
         dtype=dtype,
@@ -404,6 +412,7 @@ def near(draw: st.DrawFn, base: Case, space: Space) -> Case:
         seed=(base.seed + shift) % 2**32,
         batch=batch,
         options=dict(base.options),
+        mode=mode,
     )
 
 

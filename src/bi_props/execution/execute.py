@@ -46,12 +46,18 @@ def _invoke(
 ) -> tuple[tuple[Any, ...] | None, Call]:
     """Call the case's entry point; an exception is an observation, not a crash of the worker.
     ``around``: a context manager entered around the entry's call alone (a dispatcher trace).
-    A padded case's outputs are cut back to each sample's real rows (``unpad``): no property
-    ever compares padding rows."""
+    A compiled case (``Case.mode``) calls the same code through ``torch.compile``
+    (``compiled.call``). A padded case's outputs are cut back to each sample's real rows
+    (``unpad``): no property ever compares padding rows."""
     info = OPS[case.op]
     try:
         with around if around is not None else nullcontext():
-            result = _as_tuple(info.call(case.entry, args, case, lengths))
+            if case.mode == "compiled":
+                from . import compiled
+
+                result = _as_tuple(compiled.call(case, args, lengths))
+            else:
+                result = _as_tuple(info.call(case.entry, args, case, lengths))
         if case.padded:
             result = tuple(unpad(t, lengths) for t in result)
     except Exception as exc:  # the op's own error: part of its contract
@@ -482,7 +488,13 @@ def observe_routing(case: Case, target: Target) -> dict[str, Any]:
     samples = needle(case)
     args = operands(case, samples, target.device)
     events: tuple[str, ...] | None = None
-    trace = _DispatchTrace.make() if target.dispatch_trace() else None
+    compiled = case.mode == "compiled"
+    # Dynamo refuses to compile under a Python dispatch mode: a compiled call is not traced (its
+    # aten ops are those of Inductor's code: an empty trace, so no dispatcher evidence is read)
+    trace = _DispatchTrace.make() if target.dispatch_trace() and not compiled else None
+    if compiled:  # compile first (on its own tensors: an op may write its operands in place),
+        # so that the profiled call is the compiled program, not Dynamo's and Inductor's work
+        _invoke(case, operands(case, samples, target.device), [case.shape[0]])
     if target.observe_routing() == "profiler":
         import torch
 
@@ -500,12 +512,22 @@ def observe_routing(case: Case, target: Target) -> dict[str, Any]:
     else:
         _, call = _invoke(case, args, [case.shape[0]], trace)
     call = Call(call.outputs, call.error_type, call.error_message, events)
-    if trace is None:
+    if compiled and target.dispatch_trace():
+        identity = target.evidence(case.op, dispatched=())
+    elif trace is None:
         identity = target.evidence(case.op)
     else:  # this example's own aten ops, not every aten op of the op's family
         identity = target.evidence(case.op, dispatched=tuple(dict.fromkeys(trace.names)))
     evidence = {"identity": identity, **target.switch_state()}
+    if compiled:  # routing under compile: did the call run a compiled region at all?
+        evidence["mode"] = "compiled"
+        if events is not None:
+            evidence["compiled_regions"] = sum(e.startswith(COMPILED_REGION) for e in events)
     return {"calls": {"op": call}, "evidence": evidence}
+
+
+COMPILED_REGION = "Torch-Compiled Region"
+"""The profiler event Dynamo records around each compiled frame it runs."""
 
 
 class _DispatchTrace:
@@ -601,8 +623,12 @@ def observe(prop: str, case: Case, target: Target, switch: str) -> Observation:
     from ..model.property_spec import get
 
     observer = get(prop).observer
+    from . import compiled
+
+    before = compiled.snapshot() if case.mode == "compiled" else None
     start = time.perf_counter()
     fields = observer(case, target)
+    seconds = time.perf_counter() - start
     if (
         not isinstance(fields, dict)
         or not isinstance(fields.get("calls"), dict)
@@ -613,4 +639,9 @@ def observe(prop: str, case: Case, target: Target, switch: str) -> Observation:
             f"{sorted(fields) if isinstance(fields, dict) else '-'}; it must return a dict with "
             f"'calls' ({{name: Call}}) and optionally 'evidence' and 'references'"
         )
-    return Observation(property=prop, switch=switch, seconds=time.perf_counter() - start, **fields)
+    if case.mode == "compiled":  # compile time, measured apart: never counted as kernel time
+        spent = compiled.spent(before) or {"seconds": 0.0, "graphs": 0}
+        spent.update(compiled.state())  # a fresh-compile worker's caches and distortion
+        seconds = max(seconds - spent["seconds"], 0.0)
+        fields = {**fields, "evidence": {**(fields.get("evidence") or {}), "compile": spent}}
+    return Observation(property=prop, switch=switch, seconds=seconds, **fields)

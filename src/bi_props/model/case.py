@@ -27,6 +27,11 @@ case at seed p holds pattern p alone (what a sweep's finding shrinks to)."""
 SWEEP_DTYPES = ("bfloat16", "float16")
 PATTERNS = 1 << 16
 SWITCH_STATES = ("enabled", "disabled")
+MODES = ("eager", "compiled")
+"""How the worker calls a case's entry point: ``eager`` (the op's call as written) or
+``compiled`` (a ``torch.compile``d wrapper of that call: Inductor, dynamic shapes, the whole call
+one graph, as serving engines run a model; ``execution/compiled.py``). Eager first: shrinking
+goes there."""
 
 
 @dataclass(frozen=True)
@@ -91,6 +96,9 @@ class Case:
     operands laid out ``(samples, padded, ...)`` as HF models and CUDA-graph buckets pad a batch
     (``OpSpec.padded`` says which cases may be); padding rows hold poison values. Materialised
     as at least the longest sample's rows."""
+    mode: str = "eager"
+    """How the entry point is called (``MODES``): "eager", or "compiled" (``torch.compile``,
+    Inductor, ``dynamic=True``, ``fullgraph=True``). Left out of the repr when eager."""
 
     def __post_init__(self) -> None:
         # Freeze options as sorted pairs so that equal cases compare and hash equal.
@@ -122,6 +130,8 @@ class Case:
             parts.append(f"batch={self.batch!r}")
         if self.padded:
             parts.append(f"padded={self.padded!r}")
+        if self.mode != "eager":
+            parts.append(f"mode={self.mode!r}")
         return f"Case({', '.join(parts)})"
 
     def _repr_pretty_(self, printer, cycle: bool) -> None:
@@ -141,6 +151,7 @@ class Case:
                 self.options,
                 self.batch,
                 self.padded,
+                self.mode,
             )
         )
 
@@ -153,9 +164,10 @@ else "large"."""
 def case_class(case: Case) -> str:
     """The class of a failing case within its cell: dtype, layout kind (contiguous, strided,
     padded), value kind (finite, special) and size class (``SIZE_CLASSES``), as
-    ``"bfloat16/strided/finite/medium"``. A new bug in another dtype, layout or size is another
-    class, so a known or recorded failure of one class does not hide it; shrinking keeps what
-    a failure needs (a bf16-only bug shrinks within bf16), so one bug shrinks to one class."""
+    ``"bfloat16/strided/finite/medium"``; a compiled case's ends in ``"/compiled"`` (another
+    program: Inductor's, not the eager kernels). A new bug in another dtype, layout or size is
+    another class, so a known or recorded failure of one class does not hide it; shrinking keeps
+    what a failure needs (a bf16-only bug shrinks within bf16), so one bug shrinks to one class."""
     if case.padded:
         layout = "padded"
     else:
@@ -166,7 +178,8 @@ def case_class(case: Case) -> str:
         rows += sum(c.rows for c in case.batch.companions)
     largest = max([rows, *case.shape[1:]], default=0)
     size = next((name for top, name in SIZE_CLASSES if largest <= top), "large")
-    return f"{case.dtype}/{layout}/{values}/{size}"
+    mode = "" if case.mode == "eager" else f"/{case.mode}"
+    return f"{case.dtype}/{layout}/{values}/{size}{mode}"
 
 
 def class_of(text: str | None) -> str:

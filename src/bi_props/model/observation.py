@@ -83,3 +83,8 @@ class Hello:
     routing_note: str = ""
     # The target's declared internal precision per op in this switch state (Target.precision).
     precision: dict[str, str] = field(default_factory=dict)
+    # How the target's ops may be called (Target.modes: "eager", "compiled"), and why the others
+    # do not apply (Target.unsupported_modes): a mode a space asks for and the target does not
+    # support is reported "not applicable" with that reason (model/modes.py).
+    modes: tuple[str, ...] = ("eager", "compiled")
+    unsupported_modes: dict[str, str] = field(default_factory=dict)

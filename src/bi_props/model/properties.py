@@ -265,7 +265,30 @@ def event_names(name: str) -> str | None:
     return best[1]
 
 
+UNDER_COMPILE = "under torch.compile (Inductor, dynamic shapes, the call one graph): "
+"""The head of a routing verdict's message for a compiled case (``Case.mode``)."""
+
+
 def routing(obs: Observation, hello: Hello, op: str) -> Verdict:
+    """``_routing``, and for a compiled case routing *under compile*: the same evidence read
+    from the compiled call (Inductor may lower an op itself, or call another overload than the
+    one a library overrides, bypassing its kernel), its message saying so; a call that ran no
+    compiled region is no evidence of compiled routing (``not_observable``)."""
+    verdict = _routing(obs, hello, op)
+    if obs.evidence.get("mode") != "compiled" or verdict.kind in ("not_covered",):
+        return verdict
+    call = obs.calls["op"]
+    if verdict.ok and obs.evidence.get("compiled_regions") == 0 and not call.raised:
+        return _not_observable(
+            f"routing not observable {UNDER_COMPILE.rstrip(': ')}: the call ran no compiled "
+            f"region (Dynamo ran it eagerly), so it shows nothing of the compiled program"
+        )
+    if verdict.ok or verdict.kind == "not_observable":
+        return verdict
+    return Verdict(False, UNDER_COMPILE + verdict.message, verdict.kind, verdict.error_type)
+
+
+def _routing(obs: Observation, hello: Hello, op: str) -> Verdict:
     """Switch propagation and routing, on positive evidence. Enabled: a covered op must show at
     least one of the target's own events for the op (its ``ROUTES`` for the op, else an event
     with its ``KERNEL_PREFIX`` that names the op: ``event_names``; an event naming another op is

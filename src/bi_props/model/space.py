@@ -13,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .case import DTYPES, LAYOUTS, PARITY_DTYPES, VALUE_CLASSES
+from .case import DTYPES, LAYOUTS, MODES, PARITY_DTYPES, VALUE_CLASSES
 from .op_registry import OPS
 from .scenario import ScenarioSpace
 
@@ -109,6 +109,10 @@ class Space:
     parity_dtypes: tuple[str, ...] = PARITY_DTYPES
     layouts: tuple[str, ...] = LAYOUTS
     values: tuple[str, ...] = VALUE_CLASSES
+    # How entry points are called ([modes] choices; Case.mode): eager only by default, since a
+    # compiled cell pays seconds of Inductor compile per new graph. Eager first: shrinking goes
+    # there. A target's own modes narrow it (Target.modes; campaigns/modes.py).
+    modes: tuple[str, ...] = ("eager",)
     # Elementwise ops (OpSpec.sweep): every bf16 and fp16 bit pattern once per campaign.
     exhaustive: bool = True
     rows: Extent = Extent(1, 600)
@@ -161,6 +165,7 @@ _SECTIONS: dict[str, dict[str, str]] = {
     "properties": {"exclude": "list[str]"},
     "dtypes": {"choices": "list[str]", "parity": "list[str]"},
     "layouts": {"choices": "list[str]"},
+    "modes": {"choices": "list[str]"},
     "values": {"choices": "list[str]", "exhaustive": "bool"},
     "shapes": {"rows": "extent", "dim": "extent", "boundaries": "list[int]"},
     "batch": {
@@ -362,12 +367,15 @@ def parse(data: dict[str, Any], source: str, profile: str) -> Space:
     for section, allowed, name in (
         ("dtypes", DTYPES, "dtypes"),
         ("layouts", LAYOUTS, "layouts"),
+        ("modes", MODES, "modes"),
         ("values", VALUE_CLASSES, "values"),
     ):
         if (section, "choices") in fields:
             space[name] = _choices(
                 source, f"{section}.choices", fields[section, "choices"], allowed
             )
+    if "modes" in space:  # in MODES' order whatever the file's: eager first, where shrinking goes
+        space["modes"] = tuple(m for m in MODES if m in space["modes"])
     if ("dtypes", "parity") in fields:
         extra = fields["dtypes", "parity"]
         space["parity_dtypes"] = (

@@ -21,6 +21,7 @@ BUILTIN_TARGETS = {
     "vllm-engine": "bi_props.targets.vllm_engine:VllmEngineTarget",
     "sglang": "bi_props.targets.sglang:SglangTarget",
     "vllm-ascend-triton": "bi_props.targets.vllm_ascend_triton:VllmAscendTritonTarget",
+    "inductor": "bi_props.targets.inductor:InductorTarget",
 }
 """The built-in targets' names and where each lives (``targets.resolve`` imports it by name)."""
 
@@ -110,6 +111,17 @@ class Target:
         """Covered ops whose routing this target cannot show (no event, identity or dispatcher
         evidence exists for them), each with the reason: their "routing not observable" is
         reported with it and does not count as a missing routing verdict (exit 3)."""
+        return {}
+
+    def modes(self) -> tuple[str, ...]:
+        """How this target's ops may be called (``Case.mode``): "eager" and "compiled"
+        (``torch.compile``, Inductor) by default. A mode left out is "not applicable" in every
+        report, with ``unsupported_modes()``'s reason; a target whose switch exists only
+        under compile (``inductor``) lists "compiled" alone, and every case compiles."""
+        return ("eager", "compiled")
+
+    def unsupported_modes(self) -> dict[str, str]:
+        """Why each mode missing from ``modes()`` does not apply here ({mode: reason})."""
         return {}
 
     def switch_state(self) -> dict[str, Any]:

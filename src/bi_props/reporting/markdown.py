@@ -234,6 +234,14 @@ def render(data: ReportData) -> str:
             out.append(f"- `{p.get('name')}`: {p.get('description') or 'no description'}{control}")
         out.append("")
 
+    from ..model.modes import mode_lines
+
+    modes = mode_lines(r)  # compiled mode: modes drawn, compile time, modes not applicable
+    if modes:
+        out.append("## Execution modes (eager, compiled)\n")
+        out.extend(f"- {line}" for line in modes)
+        out.append("")
+
     if r.get("routing_notes"):
         out.append("## Routing warnings\n")
         out.extend(f"- {note}" for note in r["routing_notes"])

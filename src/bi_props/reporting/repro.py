@@ -128,6 +128,17 @@ def outside(actual, value, tolerance, what):
 '''
 
 
+_COMPILED = """
+# The finding's case is compiled (Case.mode): the op's call through torch.compile, as bi_props
+# compiled it (execution/compiled.py: Inductor, dynamic shapes, the whole call one graph).
+import torch._dynamo.config  # noqa: E402
+
+torch._dynamo.config.recompile_limit = 4096
+op = torch.compile(op, backend="inductor", dynamic=True, fullgraph=True)
+"""
+"""A compiled case's reproducer compiles the op's call the way bi_props did; the padded cut
+(below) stays outside the graph, as in bi_props."""
+
 _PADDED = '''
 _padded_op = op
 
@@ -427,7 +438,7 @@ START_TIMEOUT_S = {start_timeout_s!r}  # the child's interpreter start and impor
 
 def op(args, lengths):
     return {expression}
-{_PADDED if exported.get("padded") else ""}
+{_COMPILED if case.mode == "compiled" else ""}{_PADDED if exported.get("padded") else ""}
 
 {setup_function("enabled")}
 

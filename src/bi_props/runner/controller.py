@@ -32,6 +32,7 @@ from typing import Any, BinaryIO
 
 from ..integrations.switches import PROVIDER_ENV
 from ..model.case import Case
+from ..model.modes import CompileStats, effective_modes, settle_mode
 from ..model.observation import Hello, Observation
 from .protocol import read_exact, receive, send
 from .worker import FORK_FD_ENV
@@ -474,8 +475,14 @@ class Runner:
         extra_env: dict[str, str] | None = None,
         fork: bool = True,
         suspect_hangs: bool = False,
+        modes: tuple[str, ...] = ("eager",),
     ) -> None:
         self.target = target
+        # The modes the space asks for (Case.mode); the target's hello narrows them
+        # (``drawn_modes``), and every case is run in one of those (``settle``).
+        self.modes = tuple(modes)
+        # What the workers compiled (compiled cases): seconds, graphs, per op; not kernel time.
+        self.compile_stats = CompileStats()
         self.example_timeout_s = example_timeout_s
         self.start_timeout_s = start_timeout_s
         self.extra_env = dict(extra_env or {})
@@ -586,12 +593,45 @@ class Runner:
             self.worker(switch)
         return self._hellos[switch]
 
+    def _ready_hello(self, load: bool) -> Hello | None:
+        hello = next((h for h in self._hellos.values() if h.status == "ready"), None)
+        if hello is None and load:
+            try:
+                hello = self.hello("enabled")  # the one a session reads first (its entries)
+            except Exception:  # a target that does not start: its failure shows where it runs
+                return None
+        return hello if hello is not None and hello.status == "ready" else None
+
+    def drawn_modes(self, load: bool = True) -> tuple[tuple[str, ...], dict[str, str]]:
+        """(the modes cases are drawn in, {mode: why not applicable}): the space's modes
+        narrowed by the target's (``model.modes.effective_modes``), from a loaded worker's hello
+        (with ``load``, one is started if none is); the space's own where none is loaded."""
+        hello = self._ready_hello(load)
+        if hello is None:
+            return self.modes, {}
+        return effective_modes(self.modes, hello.modes, hello.unsupported_modes)
+
+    def settle(self, case: Case, load: bool = False) -> Case:
+        """The case in a mode the target supports (``model.modes.settle_mode``): an explicit
+        example built eagerly runs compiled against a target that compiles everything; a mode
+        the target supports stays (a regression's compiled case, in an eager-only space).
+        Before any worker said hello (without ``load``) the case stays as it is: ``observe``
+        settles it again once its worker is loaded."""
+        if not isinstance(case, Case):
+            return case
+        hello = self._ready_hello(load)
+        if hello is None:
+            return case
+        drawn, _ = effective_modes(self.modes, hello.modes, hello.unsupported_modes)
+        return settle_mode(case, drawn, hello.modes)
+
     def observe(self, prop: str, case: Case, switch: str) -> Observation:
         worker = self.worker(switch)
         if worker.hello is not None and worker.hello.status != "ready":
             raise WorkerStartFailure(
                 f"target {self.target!r} is {worker.hello.status}: {worker.hello.message}"
             )
+        case = self.settle(case)
         # A worker's first call pays its warm-up, so it teaches nothing about the op's cost. A
         # spawned worker's (a target import's lazy parts, a CUDA context, kernel loads, a JIT:
         # seconds to minutes) waits the full timeout. A forked child shares its fork server's
@@ -622,6 +662,7 @@ class Runner:
         else:
             if not first:
                 self.observed(case.op, prop, switch, case, time.perf_counter() - start)
+            self.compile_stats.add(case.op, getattr(observation, "evidence", None))
         finally:
             self.examples += 1
             self.seconds_in_workers += time.perf_counter() - start
@@ -689,6 +730,7 @@ class Runner:
     def export(self, prop: str, case: Case, switch: str) -> dict:
         """The exact tensors (and reference) of a case, for a standalone reproducer."""
         worker = self.worker(switch)
+        case = self.settle(case)
         timeout_s, _ = self.timeout(CONFIRM_GRACE_S)
         return worker.request(("export", prop, case), timeout_s, f"exporting {case!r}")
 
@@ -714,10 +756,13 @@ class Runner:
                     f"target {self.target!r} is {hello.status}: {hello.message}"
                 )
             timeout_s, cut = self.timeout(CONFIRM_GRACE_S, patience)
+            case = self.settle(case)
             try:
-                return worker.request(
+                observation = worker.request(
                     ("observe", prop, case), timeout_s, f"re-running {prop} on {case!r}"
                 )
+                self.compile_stats.add(case.op, getattr(observation, "evidence", None))
+                return observation
             except WorkerHang:
                 if cut:
                     raise ConfirmationCut(

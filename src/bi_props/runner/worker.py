@@ -264,6 +264,8 @@ def _load(target_spec: str, switch: str):
             ),
             routing_note=target.routing_note(),
             precision=_precisions(target),
+            modes=tuple(target.modes()),
+            unsupported_modes=dict(target.unsupported_modes()),
         )
         return hello, target
     except TargetMissing as exc:

@@ -25,7 +25,10 @@ The interface a library exposes (documented in the README):
 - optionally ``UNOBSERVABLE`` (``{op: reason}``): claimed ops whose routing the library cannot
   show (no event names them, no identity check, no kernel of its own on the op's aten ops);
   their "routing not observable" is reported with the reason instead of ending the run with
-  no routing verdict (exit 3).
+  no routing verdict (exit 3);
+- optionally ``MODES`` (default ``("eager", "compiled")``) and ``UNSUPPORTED_MODES``
+  (``{mode: reason}``): how its ops may be called (``Case.mode``; "compiled": through
+  ``torch.compile``). A mode left out is reported "not applicable" with its reason.
 
 A module in the thinking-machines ``batch_invariant_ops`` style is accepted with no glue:
 ``enable_batch_invariant_mode()`` / ``disable_batch_invariant_mode()`` or a
@@ -117,6 +120,8 @@ class ModuleTarget(Target):
         self._dispatch: Any = None  # torch._C._dispatch_dump, for prefix-less modules
         self._unobservable: str | None = None
         self._declared_unobservable: dict[str, str] = {}  # the module's UNOBSERVABLE
+        self._modes: tuple[str, ...] = ("eager", "compiled")  # the module's MODES
+        self._unsupported_modes: dict[str, str] = {}  # the module's UNSUPPORTED_MODES
 
     def check(self) -> None:
         obj = _load(self._spec)
@@ -148,6 +153,37 @@ class ModuleTarget(Target):
         self.device = str(getattr(obj, "DEVICE", "cpu"))
         self.kernel_prefix = str(getattr(obj, "KERNEL_PREFIX", ""))
         self._declared_unobservable = self._read_unobservable(obj)
+        self._modes, self._unsupported_modes = self._read_modes(obj)
+
+    def _read_modes(self, obj: Any) -> tuple[tuple[str, ...], dict[str, str]]:
+        """The module's ``MODES`` and ``UNSUPPORTED_MODES``, checked."""
+        from ..model.case import MODES
+
+        declared = getattr(obj, "MODES", None)
+        modes = MODES if declared is None else tuple(declared)
+        if not modes or any(m not in MODES for m in modes):
+            raise TargetBroken(
+                f"target {self._spec!r}: MODES must be a non-empty list of {list(MODES)}, "
+                f"got {declared!r}"
+            )
+        why = getattr(obj, "UNSUPPORTED_MODES", None) or {}
+        if not isinstance(why, dict) or not all(
+            m in MODES and m not in modes and isinstance(r, str) and r.strip()
+            for m, r in why.items()
+        ):
+            raise TargetBroken(
+                f"target {self._spec!r}: UNSUPPORTED_MODES must map modes missing from MODES to "
+                f"the reason ({{mode: 'why'}}), got {why!r}"
+            )
+        return modes, {m: r.strip() for m, r in why.items()}
+
+    def modes(self) -> tuple[str, ...]:
+        """The module's ``MODES`` (default: eager and compiled)."""
+        return self._modes
+
+    def unsupported_modes(self) -> dict[str, str]:
+        """The module's ``UNSUPPORTED_MODES``: why a mode it leaves out does not apply."""
+        return dict(self._unsupported_modes)
 
     def activate(self) -> None:
         obj, enabled = self._obj, switch_requested()
