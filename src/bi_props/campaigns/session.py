@@ -661,6 +661,7 @@ class Session:
                 if case.batch is None
                 else case.shape[0] + sum(c.rows for c in case.batch.companions),
                 "outcome": outcome,
+                **({"mode": case.mode} if case.mode != "eager" else {}),  # Case.mode
                 **({"explicit": True} if self.shrink_note else {}),
                 **(extras or {}),
             }
