@@ -386,20 +386,23 @@ def test_resume_after_sigkill_finds_everything_an_uninterrupted_run_finds(
         assert (killed / "examples" / digest).is_dir()
     assert "still failing (known from a previous run)" in resumed.stderr
 
-    # The same seed, the same examples: round 0 of the enabled routing cell (the first turn of
-    # both campaigns), in both. A turn is time-boxed, so one campaign's turn may stop earlier:
-    # the shorter is a prefix of the longer.
-    def round0(out: Path, switch: str) -> list[dict]:
+    # The same seed, the same examples: round 0 of the first cell the killed campaign drew
+    # for (the first turn of both campaigns), in both. A turn is time-boxed, so one campaign's
+    # turn may stop earlier: the shorter is a prefix of the longer.
+    drawn = [c for c in _lines(killed / "examples.jsonl") if not c.get("explicit")]
+    first = (drawn[0]["op"], drawn[0]["property"], drawn[0]["switch"])
+
+    def round0(out: Path) -> list[dict]:
         return [
             c
             for c in _lines(out / "examples.jsonl")
-            if c["round"] == 0 and c["property"] == "routing" and c["switch"] == switch
+            if c["round"] == 0 and (c["op"], c["property"], c["switch"]) == first
+            and not c.get("explicit")
         ]
 
-    for switch in ("enabled",):
-        mine, theirs = round0(killed, switch), round0(full, switch)
-        shorter = min(len(mine), len(theirs))
-        assert 1 <= shorter <= 10 and mine[:shorter] == theirs[:shorter], (switch, mine, theirs)
+    mine, theirs = round0(killed), round0(full)
+    shorter = min(len(mine), len(theirs))
+    assert 1 <= shorter <= 10 and mine[:shorter] == theirs[:shorter], (first, mine, theirs)
 
     # The reports of the resumed run.
     for name in ("report.md", "junit.xml", "report.html"):

@@ -255,10 +255,19 @@ class Scheduler:
             limit = max(MIN_TURN_S, third_left * part) if third_left > 0 else MIN_TURN_S
             return cell, min(limit, self._turn_s(), left)
         urgent = [c for c in live_cells if c.urgent]
-        if urgent:
+        if urgent:  # the target that has had the least time first (targets share the budget)
+            spent: dict[Any, float] = {}
+            for c in self.cells():
+                spent[c.group] = spent.get(c.group, 0.0) + c.seconds
             cell = min(
                 urgent,
-                key=lambda c: (not c.pending, c.judged / max(c.floor, 1), c.turns, c.order),
+                key=lambda c: (
+                    spent.get(c.group, 0.0),
+                    not c.pending,
+                    c.judged / max(c.floor, 1),
+                    c.turns,
+                    c.order,
+                ),
             )
             return cell, min(self._turn_s(), left)
         cell = min(
