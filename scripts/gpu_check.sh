@@ -20,10 +20,10 @@
 # worker logs (tmp/) and Hypothesis data (hypothesis/) stay in OUT_DIR/<part>/:
 #   1. controls  stock PyTorch only (target gpu_check_stock: nothing switched), negative controls of
 #                mm, bmm, log_softmax, mean (strategies/gpu-check-controls.toml): batch variance
-#                of cuBLAS is expected and recorded, not a failure                     at most 70 s
+#                of cuBLAS is expected and recorded, not a failure                     at most 65 s
 #   2. sglang    SGLang's batch_invariant_ops Triton kernels on the GPU (bi_props.targets.sglang),
 #                mm, addmm, bmm, log_softmax, mean, rms_norm (strategies/gpu-check.toml); fp32
-#                tl.dot there is TF32 (no input_precision): declared, so the bound is TF32's at most 110 s
+#                tl.dot there is TF32 (no input_precision): declared, so the bound is TF32's at most 100 s
 #   3. vllm      vLLM's batch-invariant mode (optional)                                 at most 95 s
 #   4. scenarios engine scenarios on vLLM's own engine on CUDA (optional: vLLM on CUDA), not the
 #                property suite: `bi-props scenarios --target vllm-engine --states off,on` over
@@ -32,9 +32,15 @@
 #                twins run eagerly: where graph padding shows); searching gets a third of the
 #                limit, shrinking 10 s past it, start-up the rest; its report in
 #                OUT_DIR/scenarios/campaign/ (the `kernels` state installs bi_props' CPU
-#                kernels: not for CUDA)                                               at most 130 s
+#                kernels: not for CUDA)                                                at most 90 s
+#   5. inductor  PyTorch's own switch, torch._inductor.config.batch_invariant (bi_props' `inductor`
+#                target), both states, every case compiled by Inductor (its Triton kernels):
+#                bf16 sum and rms_norm, the cells of batch invariance and determinism
+#                (strategies/gpu-check-inductor.toml); --interpret: Inductor's C++ backend on
+#                CPU, a dry run (100-150+ s on 2 loaded cores: 240 s there)            at most 55 s
 # The whole run is capped at 450 s (BI_PROPS_GPU_CHECK_TOTAL_S; 420 s before the scenarios part,
-# whose 130 s came from the other parts: controls 75 -> 70, sglang 150 -> 110, vllm 120 -> 95);
+# whose 130 s came from the other parts: controls 75 -> 70, sglang 150 -> 110, vllm 120 -> 95;
+# the inductor part's 55 s from controls 70 -> 65, sglang 110 -> 100 and scenarios 130 -> 90);
 # a part never gets more than what is left. Limits: BI_PROPS_GPU_CHECK_<PART>_S. Not one of the
 # limits has been measured on a GPU yet. OUT_DIR/summary.md is rewritten after every part: one
 # row per part (status, seconds, examples or scenarios judged, findings, controls with variance,
@@ -54,7 +60,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 REPO=$(pwd)
 PARTS_DIR="$REPO/scripts/gpu_check_parts"
 
-usage() { sed -n '2,51p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,57p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 die() { echo "gpu_check.sh: $*" >&2; exit 2; }
 
 OUT="" WHEELS="" ALLOW_MISSING=0 PLAN=0 CHECK=0
@@ -87,20 +93,21 @@ if [ "$INTERPRET" = 1 ]; then
     SPACE="$REPO/strategies/gpu-check-interpret.toml"
     CONTROLS_SPACE="$SPACE"
     # scenarios: never runs here (it needs vLLM on CUDA): SKIPPED as optional by check_env.py
-    LIMITS=(controls:"${BI_PROPS_GPU_CHECK_CONTROLS_S:-100}" sglang:"${BI_PROPS_GPU_CHECK_SGLANG_S:-200}" vllm:"${BI_PROPS_GPU_CHECK_VLLM_S:-120}" scenarios:"${BI_PROPS_GPU_CHECK_SCENARIOS_S:-60}")
+    LIMITS=(controls:"${BI_PROPS_GPU_CHECK_CONTROLS_S:-100}" sglang:"${BI_PROPS_GPU_CHECK_SGLANG_S:-200}" vllm:"${BI_PROPS_GPU_CHECK_VLLM_S:-120}" scenarios:"${BI_PROPS_GPU_CHECK_SCENARIOS_S:-60}" inductor:"${BI_PROPS_GPU_CHECK_INDUCTOR_S:-240}")
     [ -n "${BI_PROPS_GPU_CHECK_TOTAL_S:-}" ] || TOTAL_S=450
 else
     SPACE="$REPO/strategies/gpu-check.toml"
     CONTROLS_SPACE="$REPO/strategies/gpu-check-controls.toml"
-    LIMITS=(controls:"${BI_PROPS_GPU_CHECK_CONTROLS_S:-70}" sglang:"${BI_PROPS_GPU_CHECK_SGLANG_S:-110}" vllm:"${BI_PROPS_GPU_CHECK_VLLM_S:-95}" scenarios:"${BI_PROPS_GPU_CHECK_SCENARIOS_S:-130}")
+    LIMITS=(controls:"${BI_PROPS_GPU_CHECK_CONTROLS_S:-65}" sglang:"${BI_PROPS_GPU_CHECK_SGLANG_S:-100}" vllm:"${BI_PROPS_GPU_CHECK_VLLM_S:-95}" scenarios:"${BI_PROPS_GPU_CHECK_SCENARIOS_S:-90}" inductor:"${BI_PROPS_GPU_CHECK_INDUCTOR_S:-55}")
 fi
 # A planted part that hangs (the hang test; BI_PROPS_GPU_CHECK_PLANT_HANG=SECONDS): a real
 # controller whose worker never returns from its first example (tests/planted/planted_hang.py).
 PLANT_HANG="${BI_PROPS_GPU_CHECK_PLANT_HANG:-}"
-PARTS=(controls sglang vllm scenarios)
+PARTS=(controls sglang vllm scenarios inductor)
+INDUCTOR_SPACE="$REPO/strategies/gpu-check-inductor.toml"
 if [ -n "$PLANT_HANG" ]; then
     int_or_die BI_PROPS_GPU_CHECK_PLANT_HANG "$PLANT_HANG"
-    PARTS=(hang controls sglang vllm scenarios)
+    PARTS=(hang controls sglang vllm scenarios inductor)
     LIMITS+=(hang:"$PLANT_HANG")
 fi
 limit_of() { local kv; for kv in "${LIMITS[@]}"; do [ "${kv%%:*}" = "$1" ] && { int_or_die "the $1 part's limit" "${kv#*:}"; echo "${kv#*:}"; return; }; done; }
@@ -120,6 +127,7 @@ part_command() {  # the command line of a part (one line, for --plan and for run
     case "$part" in
         controls) printf '%q ' "${common[@]}" --bi-strategies "$CONTROLS_SPACE" -k test_batch_variance_control ;;
         hang) printf '%q ' "${common[@]}" --bi-strategies "$SPACE" --bi-regressions "$REPO/tests/triton_lane/hang_case.toml" -k test_regression ;;
+        inductor) printf '%q ' "${common[@]}" --bi-strategies "$INDUCTOR_SPACE" -k "test_property and (batch_invariance or determinism)" ;;
         *) printf '%q ' "${common[@]}" --bi-strategies "$SPACE" ;;
     esac
 }

@@ -98,7 +98,7 @@ def _plan(tmp_path: Path, *args: str, **env: str) -> list[tuple[str, int, str]]:
 
 def test_gpu_plan_fits_eight_minutes_with_margin(tmp_path):
     rows = _plan(tmp_path, BI_PROPS_GPU_CHECK_INTERPRET="0")
-    assert [r[0] for r in rows] == ["controls", "sglang", "vllm", "scenarios"]
+    assert [r[0] for r in rows] == ["controls", "sglang", "vllm", "scenarios", "inductor"]
     grace = 5 + 1  # run_part.py: TERM, 5 s, KILL
     assert sum(limit + grace for _, limit, _ in rows) + 15 <= 450 < 480  # 15 s: --check, wheels
     for part, _, line in rows[:3]:
@@ -109,6 +109,10 @@ def test_gpu_plan_fits_eight_minutes_with_margin(tmp_path):
     assert "gpu-check-controls.toml" in controls and "--hypothesis-profile" not in controls
     assert "gpu-check.toml" in sglang and "--bi-target sglang" in sglang
     assert "--bi-target vllm" in vllm
+    # PyTorch's own switch: the inductor target, compiled cases only (its space), both states
+    inductor = rows[4][2]
+    assert "--bi-target inductor" in inductor and "gpu-check-inductor.toml" in inductor
+    assert f"{tmp_path}/out/inductor/report.json" in inductor
     assert not (tmp_path / "out").exists(), "--plan must not create anything"
 
 
@@ -130,7 +134,8 @@ def test_scenarios_part_runs_the_engine_campaign_with_cuda_graphs(tmp_path):
     assert option["--out"] == f"{tmp_path}/out/scenarios/campaign"
     assert int(option["--budget"]) == limit // 3 and float(option["--shrink-s"]) == 10
     longer = _plan(tmp_path, BI_PROPS_GPU_CHECK_INTERPRET="0", BI_PROPS_GPU_CHECK_SCENARIOS_S="300")
-    assert "--budget 100 " in longer[-1][2] and longer[-1][1] == 300
+    (_, limit, line), = [r for r in longer if r[0] == "scenarios"]  # fmt: skip
+    assert "--budget 100 " in line and limit == 300
 
 
 def test_cuda_scenario_space_turns_cuda_graphs_on_with_small_counts():
@@ -152,7 +157,7 @@ def test_total_cap_is_stated_in_the_plan(tmp_path):
 
 def test_interpret_plan_uses_the_tiny_space_and_a_planted_hang_first(tmp_path):
     rows = _plan(tmp_path, "--interpret", BI_PROPS_GPU_CHECK_PLANT_HANG="20")
-    assert [r[0] for r in rows] == ["hang", "controls", "sglang", "vllm", "scenarios"]
+    assert [r[0] for r in rows] == ["hang", "controls", "sglang", "vllm", "scenarios", "inductor"]
     assert rows[0][1] == 20 and "--bi-target planted_hang" in rows[0][2]
     assert "hang_case.toml" in rows[0][2]
     assert all("gpu-check-interpret.toml" in r[2] for r in rows[:4])
@@ -161,7 +166,7 @@ def test_interpret_plan_uses_the_tiny_space_and_a_planted_hang_first(tmp_path):
 def test_spaces_fit_their_parts():
     from bi_props.model.space import load
 
-    for name, part_s in (("gpu-check-controls", 70), ("gpu-check", 95)):
+    for name, part_s in (("gpu-check-controls", 65), ("gpu-check", 95), ("gpu-check-inductor", 55)):
         space = load(REPO / "strategies" / f"{name}.toml")
         assert space.start_timeout_s < part_s and space.example_timeout_s < part_s, name
         assert space.database == "none" and space.derandomize, name
@@ -170,6 +175,8 @@ def test_spaces_fit_their_parts():
     space = load(REPO / "strategies" / "gpu-check.toml")
     assert {"bmm", "rms_norm", "mean", "log_softmax"} <= set(space.ops)
     assert space.dim.max > 128 and space.dim_for("log_softmax").max > 1024
+    inductor = load(REPO / "strategies" / "gpu-check-inductor.toml")
+    assert inductor.target == "inductor" and inductor.modes == ("compiled",)
 
 
 def test_check_lists_what_a_gpu_machine_must_have():
@@ -179,7 +186,8 @@ def test_check_lists_what_a_gpu_machine_must_have():
     assert seconds < 45, seconds
     names = [ln.split()[1] for ln in proc.stdout.splitlines()[1:-1]]
     for name in ("python", "numpy", "hypothesis", "pytest", "torch", "torch-cuda", "triton",
-                 "triton-driver", "bi_props", "sglang", "vllm", "vllm-cuda"):  # fmt: skip
+                 "triton-driver", "bi_props", "sglang", "vllm", "vllm-cuda",
+                 "inductor-switch"):  # fmt: skip
         assert name in names, (name, proc.stdout)
     for optional in ("vllm", "vllm-cuda"):
         line = next(ln for ln in proc.stdout.splitlines() if ln.split()[1:2] == [optional])

@@ -29,64 +29,80 @@ PROBES: dict[str, tuple[str, tuple[str, ...], str]] = {
         "import sys, platform; v = sys.version_info; "
         "assert v >= (3, 10), 'Python ' + platform.python_version() + ' < 3.10'; "
         "print(platform.python_version())",
-        ("controls", "sglang", "vllm", "scenarios", "hang"),
+        ("controls", "sglang", "vllm", "scenarios", "hang", "inductor"),
         "Python >= 3.10",
     ),
     "tomllib": (
         "try:\n    import tomllib\nexcept ImportError:\n    import tomli as tomllib\n"
         "print(tomllib.__name__)",
-        ("controls", "sglang", "vllm", "scenarios", "hang"),
+        ("controls", "sglang", "vllm", "scenarios", "hang", "inductor"),
         "Python 3.11's tomllib, or pip install tomli on 3.10",
     ),
     "/proc": (
         "import os; assert os.path.isdir('/proc/self'), 'no /proc'; print('ok')",
-        ("controls", "sglang", "vllm", "scenarios", "hang"),
+        ("controls", "sglang", "vllm", "scenarios", "hang", "inductor"),
         "Linux with /proc (run_part.py finds the part's workers there)",
     ),
     "numpy": (
         "import numpy; v = tuple(int(x) for x in numpy.__version__.split('.')[:2]); "
         "assert v >= (1, 24), numpy.__version__; print(numpy.__version__)",
-        ("controls", "sglang", "vllm", "scenarios", "hang"),
+        ("controls", "sglang", "vllm", "scenarios", "hang", "inductor"),
         "pip install 'numpy>=1.24'",
     ),
     "hypothesis": (
         "import hypothesis; v = hypothesis.__version_info__; "
         "assert tuple(v[:2]) >= (6, 100), hypothesis.__version__; print(hypothesis.__version__)",
-        ("controls", "sglang", "vllm", "scenarios", "hang"),
+        ("controls", "sglang", "vllm", "scenarios", "hang", "inductor"),
         "pip install 'hypothesis>=6.100'",
     ),
     "pytest": (
         "import pytest; v = tuple(int(x) for x in pytest.__version__.split('.')[:2]); "
         "assert v >= (7, 4), pytest.__version__; print(pytest.__version__)",
-        ("controls", "sglang", "vllm", "scenarios", "hang"),
+        ("controls", "sglang", "vllm", "scenarios", "hang", "inductor"),
         "pip install 'pytest>=7.4'",
     ),
     "torch": (
         "import torch; print(torch.__version__, '(CUDA', torch.version.cuda, ')')",
-        ("controls", "sglang", "vllm", "scenarios", "hang"),
+        ("controls", "sglang", "vllm", "scenarios", "hang", "inductor"),
         "a CUDA build of torch (pip install torch, with the CUDA wheels)",
     ),
     "torch-cuda": (
         "import torch; assert torch.cuda.is_available(), 'torch.cuda.is_available() is False "
         "(CPU build, or no driver)'; print(torch.cuda.get_device_name(0), "
         "'capability', torch.cuda.get_device_capability(0))",
-        ("controls", "sglang", "vllm", "scenarios"),
+        ("controls", "sglang", "vllm", "scenarios", "inductor"),
         "a CUDA build of torch and a working NVIDIA driver (nvidia-smi)",
     ),
     "triton": (
         "import triton; print(triton.__version__)",
-        ("sglang", "vllm"),
+        ("sglang", "vllm", "inductor"),
         "triton (the CUDA torch wheel brings it; pip install triton)",
     ),
     "triton-driver": (
         "import triton; d = triton.runtime.driver.active; print(type(d).__name__, "
         "d.get_current_target())",
-        ("sglang", "vllm"),
+        ("sglang", "vllm", "inductor"),
         "triton must find the CUDA driver (libcuda.so) to compile kernels",
+    ),
+    "inductor-switch": (
+        "import torch, torch._inductor.config as c; assert hasattr(c, 'batch_invariant'), "
+        "'torch ' + torch.__version__ + ' has no torch._inductor.config.batch_invariant'; "
+        "print(torch.__version__, 'batch_invariant')",
+        ("inductor",),
+        "a torch with PyTorch's batch-invariant switch, torch._inductor.config.batch_invariant "
+        "(torch 2.13)",
+    ),
+    "c++": (
+        "import os, shutil, subprocess; c = shutil.which(os.environ.get('CXX') or 'g++'); "
+        "assert c, 'no C++ compiler (CXX or g++)'; "
+        "print(subprocess.run([c, '--version'], capture_output=True, text=True).stdout"
+        ".splitlines()[0])",
+        ("inductor",),
+        "a C++ compiler for Inductor's CPU backend (--interpret only): g++, or set CXX",
     ),
     "bi_props": (
         "import bi_props, bi_props.plugin; print(bi_props.__file__)",
-        ("controls", "sglang", "vllm", "scenarios", "hang"),
+        ("controls", "sglang", "vllm", "scenarios", "hang", "inductor"),
         "run from the checkout (src/ is put on PYTHONPATH) or pip install -e .",
     ),
     "sglang": (
@@ -120,6 +136,7 @@ PROBES: dict[str, tuple[str, tuple[str, ...], str]] = {
 OPTIONAL = {"vllm", "vllm-cuda"}
 # Under --interpret (CPU, TRITON_INTERPRET=1) no GPU is needed; the interpreter is the device.
 INTERPRET_SKIP = {"torch-cuda", "triton-driver"}
+GPU_SKIP = {"c++"}  # the inductor part compiles Triton kernels on a GPU, C++ only on CPU
 INTERPRET_PARTS = {"triton": ("sglang", "vllm")}
 
 
@@ -162,7 +179,7 @@ def check(interpret: bool, wheels: str | None) -> list[dict]:
     todo = [
         (name, code, INTERPRET_PARTS.get(name, parts) if interpret else parts, hint)
         for name, (code, parts, hint) in PROBES.items()
-        if not (interpret and name in INTERPRET_SKIP)
+        if not (interpret and name in INTERPRET_SKIP) and not (not interpret and name in GPU_SKIP)
     ]
     with ThreadPoolExecutor(max_workers=4) as pool:  # in parallel: --check answers in seconds
         answers = {
