@@ -936,8 +936,13 @@ class Campaign:
                 )
 
     def _enough_findings(self, ledger: Ledger, examples: Callable[[], int]) -> bool:
-        """True (and the stop recorded in the report) once ``max_findings`` new findings are in."""
-        if self.max_findings is None or len(ledger.new) < self.max_findings:
+        """True (and the stop recorded in the report) once ``max_findings`` new findings that
+        fail the run are in (a contract widening is no failure unless strict)."""
+        if self.max_findings is None:
+            return False
+        failing = [f for f in ledger.findings if f.signature() in ledger.new and
+                   (f.kind != "widening" or self.strict_contract_requested())]  # fmt: skip
+        if len(failing) < self.max_findings:
             return False
         why = (
             f"after {len(ledger.new)} new finding(s) (--max-findings {self.max_findings}), "
@@ -946,6 +951,12 @@ class Campaign:
         ledger.extra["stopped_early"] = why
         ledger.progress(f"stopping {why}", examples())
         return True
+
+    @staticmethod
+    def strict_contract_requested() -> bool:
+        from .session import strict_contract_requested
+
+        return strict_contract_requested()
 
     def _enough_examples(
         self, schedule: Scheduler, ledger: Ledger, examples: Callable[[], int]

@@ -311,9 +311,20 @@ class Session:
             example_timeout_s=self.space.example_timeout_s,
             start_timeout_s=self.space.start_timeout_s,
             fork=self.space.fork_workers,
-            extra_env={switches.PROVIDER_ENV: self.switch_provider},
+            extra_env=self._worker_env(),
             modes=self.space.modes,  # Case.mode: the target narrows them (campaigns/modes.py)
         )
+
+    def _worker_env(self) -> dict[str, str]:
+        """What every worker of this session gets in its environment: the switch provider, and
+        how many windows a batch-invariance example runs (``[runner] batch_windows``; the
+        variable set by hand wins: benchmarks/rows_judged.py's baseline)."""
+        import os
+
+        from ..execution.execute import WINDOWS_ENV
+
+        windows = os.environ.get(WINDOWS_ENV, str(self.space.batch_windows))
+        return {switches.PROVIDER_ENV: self.switch_provider, WINDOWS_ENV: windows}
 
     # -- the target ----------------------------------------------------------------------------
 
@@ -424,10 +435,7 @@ class Session:
                     start_timeout_s=self.space.start_timeout_s,
                     fork=False,  # its own interpreter: no state shared with the first worker
                     # compiled cases: a fresh compile too (its own caches; campaigns/modes.py)
-                    extra_env={
-                        switches.PROVIDER_ENV: self.switch_provider,
-                        **fresh_compile_env(self),
-                    },
+                    extra_env={**self._worker_env(), **fresh_compile_env(self)},
                     modes=self.space.modes,
                 )
             self._second.deadline = self.runner.deadline

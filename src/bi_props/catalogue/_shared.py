@@ -31,11 +31,18 @@ def _never_exact(case: Case, acc: str = "float32") -> int:
 
 def _entry_function(entry: str) -> Callable[..., Any]:
     """The entry point ``module.attr`` looked up now (a swapped ``bi_props.ops`` attribute, or a
-    target's own kernel named by its ``entries()``, shows)."""
-    import importlib
+    target's own kernel named by its ``entries()``, shows). A module imported already is read
+    from ``sys.modules``: Dynamo traces that lookup in a compiled case (``Case.mode``), where it
+    refuses ``importlib.import_module``."""
+    import sys
 
     module_name, _, attr = entry.rpartition(".")
-    return getattr(importlib.import_module(module_name), attr)
+    module = sys.modules.get(module_name)
+    if module is None:
+        import importlib
+
+        module = importlib.import_module(module_name)
+    return getattr(module, attr)
 
 
 def _stock_or_import(case: Case, stock: str, name: str) -> str:

@@ -5,11 +5,15 @@ The op's call (``OpSpec.call``, the same code eager mode runs) is wrapped in a f
 own per (op, entry, dtype, layouts, padded): a fresh code object, so that Dynamo's cache and its
 recompile limit are that key's alone, and compiled once with Inductor, ``dynamic=True`` (a
 campaign does not recompile for every extent: only where Dynamo specialises, e.g. a size of 1)
-and ``fullgraph=True`` (the whole call one graph, as vLLM compiles: a graph break is the op
-raising ``Unsupported``, never a silent fall back to eager). The recompile limit is raised and
-made to fail loudly (``fail_on_recompile_limit_hit``): past it, Dynamo would run the frame
-eagerly. Inductor compiles in this process (``compile_threads = 1``: no subprocess pool in a
-forked worker).
+and ``fullgraph=True`` (the whole call one graph, as vLLM compiles a model). Where Dynamo cannot
+make the call one graph (``Unsupported``: host logic reading a tensor's values, as the attention
+composites' ``cu_seqlens.tolist()``; a custom op without a fake kernel), the key is compiled
+*piecewise* instead (``fullgraph=False``: Dynamo runs what it cannot trace eagerly between
+compiled graphs, as engines leave attention out of the graph), and every observation of it says
+so with Dynamo's reason (``evidence["compile"]["piecewise"]``; the report lists the ops): never a
+silent eager fall back. The recompile limit is raised and made to fail loudly
+(``fail_on_recompile_limit_hit``): past it, Dynamo would run the frame eagerly. Inductor compiles
+in this process (``compile_threads = 1``: no subprocess pool in a forked worker).
 
 Compile time is measured apart (``torch._dynamo.utils.compilation_time_metrics``) and reported
 with each observation (``evidence["compile"]``), never counted as kernel time.
@@ -40,7 +44,11 @@ DISTORT = "inverse"
 """``test_configs.distort_benchmarking_result`` in a fresh-compile worker: autotuning's timings
 inverted, so that it picks what the first process did not."""
 
+PIECEWISE_OPTIONS = {**COMPILE_OPTIONS, "fullgraph": False}
+"""How a key whose call cannot be one graph is compiled (see the module)."""
+
 _COMPILED: dict[tuple, Callable[..., Any]] = {}
+_PIECEWISE: dict[tuple, str] = {}  # key -> why its call is not one graph (Dynamo's first line)
 _STATE: dict[str, Any] = {}
 
 
@@ -106,9 +114,23 @@ def _wrapper(call: Callable[..., Any], entry: str, name: str) -> Callable[..., A
     return run
 
 
-def compiled(case: Case) -> Callable[..., Any]:
-    """The compiled wrapper of the case's call, built once per ``key``."""
-    k = key(case)
+def _import_entry_module(entry: str) -> None:
+    """Import the module an entry point names, before Dynamo traces the call: the catalogue
+    looks entries up in ``sys.modules`` (traceable), never by importing inside the graph."""
+    import importlib
+
+    module = entry.rpartition(".")[0]
+    if module and module not in sys.modules:
+        try:
+            importlib.import_module(module)
+        except ImportError:  # "Tensor.mm", "operator.matmul": no module of that name to import
+            pass
+
+
+def compiled(case: Case, piecewise: bool = False) -> Callable[..., Any]:
+    """The compiled wrapper of the case's call, built once per ``key`` (and once more,
+    ``piecewise``, where the call cannot be one graph)."""
+    k = (*key(case), piecewise)
     fn = _COMPILED.get(k)
     if fn is None:
         import re
@@ -116,16 +138,33 @@ def compiled(case: Case) -> Callable[..., Any]:
         import torch
 
         configure()
-        name = re.sub(r"\W", "_", "bi_props_compiled_" + "_".join(map(str, k[:3])))
-        fn = torch.compile(_wrapper(OPS[case.op].call, case.entry, name), **COMPILE_OPTIONS)
+        _import_entry_module(case.entry)
+        tail = "_piecewise" if piecewise else ""
+        name = re.sub(r"\W", "_", "bi_props_compiled_" + "_".join(map(str, k[:3])) + tail)
+        options = PIECEWISE_OPTIONS if piecewise else COMPILE_OPTIONS
+        fn = torch.compile(_wrapper(OPS[case.op].call, case.entry, name), **options)
         _COMPILED[k] = fn
     return fn
 
 
 def call(case: Case, args: Sequence[Any], lengths: Sequence[int]) -> Any:
-    """The case's call, compiled (the op's own exceptions, ``Unsupported`` and Inductor's
-    errors included, propagate: they are observed as the op raising)."""
-    return compiled(case)(list(args), case, list(lengths))
+    """The case's call, compiled as one graph, else piecewise (``piecewise``). The op's own
+    exceptions and Inductor's errors propagate: they are observed as the op raising."""
+    from torch._dynamo.exc import Unsupported
+
+    k = key(case)
+    if k not in _PIECEWISE:
+        try:
+            return compiled(case)(list(args), case, list(lengths))
+        except Unsupported as exc:  # not one graph: compiled piecewise from now on
+            lines = [line for line in str(exc).splitlines() if line.strip()]
+            _PIECEWISE[k] = (lines[0] if lines else type(exc).__name__)[:300]
+    return compiled(case, piecewise=True)(list(args), case, list(lengths))
+
+
+def piecewise(case: Case) -> str | None:
+    """Why the case's call is compiled piecewise (not one graph), or None."""
+    return _PIECEWISE.get(key(case))
 
 
 def snapshot() -> tuple[float, int] | None:

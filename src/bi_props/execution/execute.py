@@ -94,7 +94,20 @@ def observe_reference(case: Case, target: Target) -> dict[str, Any]:
 
 
 WINDOWS_ENV = "BI_PROPS_BATCH_WINDOWS"
-"""Set to 0 to judge the needle alone, no windows (benchmarks/rows_judged.py's baseline)."""
+"""How many windows a batch-invariance example runs (the space's ``[runner] batch_windows``,
+passed to the workers by the session; 0: the needle alone, benchmarks/rows_judged.py's
+baseline)."""
+
+
+def _windows_wanted() -> int:
+    import os
+
+    from ..model.windows import MAX_WINDOWS
+
+    try:
+        return max(0, int(os.environ.get(WINDOWS_ENV, str(MAX_WINDOWS))))
+    except ValueError:
+        return MAX_WINDOWS
 
 
 def observe_batch_invariance(
@@ -112,9 +125,7 @@ def observe_batch_invariance(
     if not info.batchable(case) or case.batch is None:
         raise ValueError(f"batch invariance is not defined for {case!r}")
     if windows is None:
-        import os
-
-        windows = os.environ.get(WINDOWS_ENV, "1") != "0"
+        windows = _windows_wanted() > 0
     alone_samples, batch = needle(case), batch_samples(case)
     single = alone_case(case)
     _, alone = _invoke(single, operands(single, alone_samples, target.device), [case.shape[0]])
@@ -175,11 +186,12 @@ def batch_windows(case: Case, logical: list[Any] | None = None) -> list[_Window]
     info = OPS[case.op]
     assert case.batch is not None
     samples = batch_samples(case)
+    most = _windows_wanted()
     out: list[_Window] = []
     if not permutes_samples(case):
         total = sum(rows for _, rows in samples)
         specs = info.operands(case)
-        for size in row_windows(total):
+        for size in row_windows(total, most):
             cut, left = [], size
             for seed, rows in samples:
                 if left <= 0:
@@ -200,7 +212,7 @@ def batch_windows(case: Case, logical: list[Any] | None = None) -> list[_Window]
     owned = _owned_rows(case)
     starts = [sum(owned[:i]) for i in range(len(owned))]
     position = case.batch.position
-    for keep in sample_windows(len(companions)):
+    for keep in sample_windows(len(companions), most):
         where = min(position, keep)
         window = case.with_batch(Batch(where, companions[:keep]))
         # The window's samples in its order, as indices of the batch's samples: companion i
@@ -642,6 +654,9 @@ def observe(prop: str, case: Case, target: Target, switch: str) -> Observation:
     if case.mode == "compiled":  # compile time, measured apart: never counted as kernel time
         spent = compiled.spent(before) or {"seconds": 0.0, "graphs": 0}
         spent.update(compiled.state())  # a fresh-compile worker's caches and distortion
+        why = compiled.piecewise(case)
+        if why:  # not one graph: Dynamo runs what it cannot trace eagerly between graphs
+            spent["piecewise"] = why
         seconds = max(seconds - spent["seconds"], 0.0)
         fields = {**fields, "evidence": {**(fields.get("evidence") or {}), "compile": spent}}
     return Observation(property=prop, switch=switch, seconds=seconds, **fields)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import importlib
 import itertools
 import math
+import sys
 from dataclasses import dataclass
 
 import torch
@@ -81,8 +82,8 @@ def unflatten(flat: Tensor, config: ModelConfig) -> dict[str, Tensor]:
 
 
 def _entry(dotted: str):
-    module, _, attr = dotted.rpartition(".")
-    return getattr(importlib.import_module(module), attr)
+    module, _, attr = dotted.rpartition(".")  # sys.modules first: Dynamo traces it (compiled)
+    return getattr(sys.modules.get(module) or importlib.import_module(module), attr)
 
 
 _ROPE: dict[tuple, tuple[Tensor, Tensor]] = {}

@@ -62,6 +62,11 @@ def mode_lines(report: Mapping[str, Any]) -> list[str]:
                 f"as kernel time)"
             )
         lines.append(line)
+    for op, why in (compiled.get("piecewise") or {}).items():
+        lines.append(
+            f"compiled piecewise, not one graph (Dynamo runs what it cannot trace eagerly "
+            f"between graphs): {op}: {why}"
+        )
     for entry in modes.get("not_applicable") or ():
         lines.append(f"MODE NOT APPLICABLE: {entry['mode']}: {entry['reason']}")
     return lines
@@ -77,12 +82,16 @@ class CompileStats:
     graphs: int = 0
     examples: int = 0
     per_op: dict[str, dict[str, float]] = field(default_factory=dict)
+    # op -> why its call is compiled piecewise, not one graph (Dynamo's reason, first seen)
+    piecewise: dict[str, str] = field(default_factory=dict)
 
     def add(self, op: str, evidence: Mapping[str, Any] | None) -> None:
         compiled = (evidence or {}).get("compile")
         if not compiled:
             return
         seconds, graphs = float(compiled.get("seconds", 0.0)), int(compiled.get("graphs", 0))
+        if compiled.get("piecewise"):
+            self.piecewise.setdefault(op, str(compiled["piecewise"]))
         self.seconds += seconds
         self.graphs += graphs
         self.examples += 1
@@ -93,6 +102,7 @@ class CompileStats:
 
     def merge(self, other: CompileStats) -> CompileStats:
         merged = CompileStats(self.seconds, self.graphs, self.examples, {})
+        merged.piecewise = {**other.piecewise, **self.piecewise}
         merged.seconds += other.seconds
         merged.graphs += other.graphs
         merged.examples += other.examples
@@ -112,4 +122,5 @@ class CompileStats:
                 op: {**entry, "seconds": round(entry["seconds"], 3)}
                 for op, entry in sorted(self.per_op.items())
             },
+            "piecewise": dict(sorted(self.piecewise.items())),
         }

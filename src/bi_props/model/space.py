@@ -93,6 +93,12 @@ class Space:
     # A claimed op's enabled reference and batch-invariance cells need this many judged
     # examples (not degenerate, not order-blind), or the run exits 3: thin evidence.
     min_judged: int = 10
+    # Nested windows each batch-invariance example runs beside its needle (model/windows.py;
+    # 0: the needle alone). A slow target's space lowers it: each window is a kernel call.
+    batch_windows: int = 5
+    # Explicit known batch-variant cases an enabled batch-comparing cell runs (each with its
+    # own data and with other data), the smallest first.
+    known_cases: int = 24
     # the largest share of a campaign's budget the negative controls may use
     control_share: float = CONTROL_SHARE
     fork_workers: bool = True  # replacement workers forked from a loaded parent (CPU targets)
@@ -157,6 +163,8 @@ _SECTIONS: dict[str, dict[str, str]] = {
         "control_examples": "int",
         "power_examples": "int",
         "min_judged": "int",
+        "batch_windows": "int",
+        "known_cases": "int",
         "control_share": "num",
         "fork_workers": "bool",
         "cross_process_every": "int",
@@ -207,6 +215,8 @@ RANGES: dict[str, tuple[float, float, bool, str]] = {
     "runner.control_share": (0, 1, True, "a share of --budget"),
     "runner.power_examples": (0, 10**9, True, "draws of the power probe per control"),
     "runner.min_judged": (0, 10**9, True, "judged examples a claimed op's cell needs"),
+    "runner.batch_windows": (0, 64, True, "windows of a batch per example"),
+    "runner.known_cases": (0, 10**6, True, "known batch-variant cases a cell runs"),
     "batch.max_companions": (1, 10**6, True, "companions in a batch"),
     "batch.max_sequences": (1, 10**6, True, "sequences in a batch of a sequence op"),
     "batch.max_batch_tokens": (1, 10**9, True, "companion tokens of a many-sequence batch"),
@@ -322,6 +332,8 @@ def parse(data: dict[str, Any], source: str, profile: str) -> Space:
         ("runner", "control_examples"): "control_examples",
         ("runner", "power_examples"): "power_examples",
         ("runner", "min_judged"): "min_judged",
+        ("runner", "batch_windows"): "batch_windows",
+        ("runner", "known_cases"): "known_cases",
         ("runner", "control_share"): "control_share",
         ("runner", "fork_workers"): "fork_workers",
         ("runner", "cross_process_every"): "cross_process_every",

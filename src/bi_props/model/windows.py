@@ -21,28 +21,28 @@ MAX_WINDOWS = 5
 less than one percent while each window still costs a call."""
 
 
-def halvings(count: int) -> list[int]:
-    """``count // 2, count // 4, ..., 1``: distinct, each below ``count``, at most
-    ``MAX_WINDOWS``. Empty for a count below 2 (a batch of one unit has no smaller window)."""
+def halvings(count: int, most: int = MAX_WINDOWS) -> list[int]:
+    """``count // 2, count // 4, ..., 1``: distinct, each below ``count``, at most ``most``.
+    Empty for a count below 2 (a batch of one unit has no smaller window)."""
     sizes: list[int] = []
     size = count // 2
-    while size >= 1 and len(sizes) < MAX_WINDOWS:
+    while size >= 1 and len(sizes) < most:
         if not sizes or size != sizes[-1]:
             sizes.append(size)
         size //= 2
     return sizes
 
 
-def row_windows(total_rows: int) -> list[int]:
+def row_windows(total_rows: int, most: int = MAX_WINDOWS) -> list[int]:
     """The windows of a batch of independent rows: prefix lengths in rows."""
-    return halvings(total_rows)
+    return halvings(total_rows, most)
 
 
-def sample_windows(companions: int) -> list[int]:
+def sample_windows(companions: int, most: int = MAX_WINDOWS) -> list[int]:
     """The windows of a batch of whole samples: how many of its companions (the first ones, in
     batch order) each window keeps beside the needle. The needle alone is the property's own
     comparison, so no window of zero companions."""
-    return halvings(companions)
+    return halvings(companions, most)
 
 
 def describe(kind: str, size: int, of: int) -> str:
