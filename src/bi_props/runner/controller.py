@@ -96,6 +96,12 @@ of a fraction of a second, which a scheduler stall, a garbage collection or a bu
 shared machine can exceed without any hang; a real hang costs only these few seconds per
 hanging example (Hypothesis' shrink replays the hanging case many times)."""
 
+COMPILE_PATIENCE = 5.0
+"""A compiled case (``Case.mode``) waits this many example timeouts, and is never suspected of a
+hang from the op's observed cost: its call may compile a new graph (seconds to minutes: a whole
+probe model, fresh caches, a loaded machine), and compile time is no kernel's time. A real hang
+under compile is found all the same, later."""
+
 
 def suspect_timeout(full_s: float, slowest_s: float | None, scale: float = 1.0) -> float:
     """The example timeout while searching: ``min(full_s, max(SUSPECT_FLOOR_S, SUSPECT_FACTOR
@@ -686,6 +692,8 @@ class Runner:
         case asks than the largest of them; the full timeout before any completed call (or
         ``warming``: a spawned worker's first call), and for keys ``trust``ed."""
         full = self.example_timeout_s
+        if getattr(case, "mode", "eager") == "compiled":  # compile time is no kernel's time
+            return full * COMPILE_PATIENCE, ""
         key = (case.op, prop, switch)
         cost = self._costs.get(key)
         if not self.suspect_hangs or warming or cost is None or key in self._trusted:
@@ -731,7 +739,8 @@ class Runner:
         """The exact tensors (and reference) of a case, for a standalone reproducer."""
         worker = self.worker(switch)
         case = self.settle(case)
-        timeout_s, _ = self.timeout(CONFIRM_GRACE_S)
+        patience = COMPILE_PATIENCE if case.mode == "compiled" else 1.0
+        timeout_s, _ = self.timeout(CONFIRM_GRACE_S, patience)
         return worker.request(("export", prop, case), timeout_s, f"exporting {case!r}")
 
     def fresh(self, prop: str, case: Case, switch: str, *, patience: float = 1.0) -> Observation:
@@ -755,8 +764,10 @@ class Runner:
                 raise WorkerStartFailure(
                     f"target {self.target!r} is {hello.status}: {hello.message}"
                 )
-            timeout_s, cut = self.timeout(CONFIRM_GRACE_S, patience)
             case = self.settle(case)
+            if case.mode == "compiled":  # a fresh process compiles everything again
+                patience *= COMPILE_PATIENCE
+            timeout_s, cut = self.timeout(CONFIRM_GRACE_S, patience)
             try:
                 observation = worker.request(
                     ("observe", prop, case), timeout_s, f"re-running {prop} on {case!r}"
