@@ -7,7 +7,10 @@
 #   2. tests/vllm_lane/lane_vllm_on_cpu.py: the property suite against `--bi-target vllm`, expected
 #      to find vLLM's CPU failures; it checks the run, the switch propagation and every finding;
 #   2b. tests/vllm_lane/lane_vllm_ops.py: vLLM's own CPU kernels (torch.ops._C) for the engine ops,
-#      pinned case by case; lane_vllm_engine_ops.py: a campaign over them (every finding must be
+#      pinned case by case; lane_vllm_answers.py: `bi-props fuzz --target vllm` over every op
+#      answers "is my model batch-invariant with the switch on?" on this broken target (every cell
+#      ran, mm's promise finding, the probe model's logprobs judged);
+#      lane_vllm_engine_ops.py: a campaign over them (every finding must be
 #      one of the pinned behaviours);
 #   3. tests/vllm_lane/lane_engine.py: the `vllm-engine` target (vLLM's LLM on a tiny model);
 #   3b. tests/vllm_lane/lane_scenarios.py: engine scenarios (prefix caching, chunked prefill,
@@ -101,6 +104,7 @@ python -m pytest tests/vllm_lane/lane_vllm_on_cpu.py -q -p no:cacheprovider --du
 python -m pytest tests/vllm_lane/lane_vllm_ops.py -q -p no:cacheprovider --durations=5 || status=1
 engine_ops_start=$(date +%s)
 python -m pytest tests/vllm_lane/lane_vllm_engine_ops.py -q -p no:cacheprovider --durations=5 || status=1
+python -m pytest tests/vllm_lane/lane_vllm_answers.py -q -p no:cacheprovider --durations=5 || status=1
 echo "vLLM lane: the engine-ops campaign took $(( $(date +%s) - engine_ops_start )) s"
 python -m pytest tests/vllm_lane/lane_engine.py -q -p no:cacheprovider --durations=5 || status=1
 scenarios_start=$(date +%s)
