@@ -549,13 +549,23 @@ def test_max_findings_stops_the_turns_and_the_report_says_so(tmp_path: Path) -> 
     space = parse({"ops": {"include": ["mm"]}}, "x", "x")
     lines: list[str] = []
     ledger = SimpleNamespace(
-        new=set(), extra={}, started_monotonic=0.0, progress=lambda what, n: lines.append(what)
+        new=set(),
+        findings=[],
+        extra={},
+        started_monotonic=0.0,
+        progress=lambda what, n: lines.append(what),
     )
+
+    def found(name: str, kind: str = "mismatch") -> None:
+        ledger.new.add((name,))
+        ledger.findings.append(SimpleNamespace(signature=lambda: (name,), kind=kind))
+
     campaign = Campaign(["cpu"], space, tmp_path, 60.0, max_findings=2)
     assert not campaign._enough_findings(ledger, lambda: 0)
-    ledger.new.add(("a",))
+    found("a")
+    found("w", "widening")  # accepts more than stock: no failure, so it does not count
     assert not campaign._enough_findings(ledger, lambda: 0) and not ledger.extra
-    ledger.new.add(("b",))
+    found("b")
     assert campaign._enough_findings(ledger, lambda: 0)
     assert ledger.extra["stopped_early"].startswith("after 2 new finding(s) (--max-findings 2)")
     assert lines and lines[-1].startswith("stopping after 2 new finding(s)")
