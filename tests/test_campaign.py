@@ -396,7 +396,8 @@ def test_resume_after_sigkill_finds_everything_an_uninterrupted_run_finds(
         return [
             c
             for c in _lines(out / "examples.jsonl")
-            if c["round"] == 0 and (c["op"], c["property"], c["switch"]) == first
+            if c["round"] == 0
+            and (c["op"], c["property"], c["switch"]) == first
             and not c.get("explicit")
         ]
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -138,6 +139,17 @@ def test_compile_time_is_counted_apart_and_reported() -> None:
     assert mode_lines({"modes": {"drawn": ["eager"], "not_applicable": []}}) == []
 
 
+def test_a_call_that_is_not_one_graph_is_reported_piecewise() -> None:
+    stats = CompileStats()
+    why = "Can't convert torch._check*() message closure"
+    stats.add("attention", {"compile": {"seconds": 1.0, "graphs": 3, "piecewise": why}})
+    stats.add("attention", {"compile": {"seconds": 0.0, "graphs": 0, "piecewise": "later"}})
+    merged = CompileStats().merge(stats).to_json()
+    assert merged["piecewise"] == {"attention": why}  # the first reason seen
+    lines = mode_lines({"modes": {"drawn": ["compiled"]}, "compile": merged})
+    assert any(line.startswith("compiled piecewise") and why in line for line in lines)
+
+
 def test_a_reproducer_of_a_compiled_finding_compiles_the_same_way() -> None:
     from bi_props.execution.execute import export
     from bi_props.reporting import repro
@@ -254,6 +266,29 @@ def test_routing_under_compile_sees_the_cpu_targets_own_bypass() -> None:
         runner.close()
         fresh.close()
     assert not os.path.exists(state["cache_dir"])  # removed when its worker ended
+
+
+@pytest.mark.campaign
+def test_attention_compiles_piecewise_and_says_why() -> None:
+    """The attention composite reads its cu_seqlens on the host: not one graph. Its entry point is
+    looked up through sys.modules (Dynamo traces that, not importlib), its key compiled piecewise,
+    each observation naming Dynamo's reason, and the result the eager call's contract."""
+    from bi_props.model.property_spec import get
+    from bi_props.runner.controller import Runner
+
+    case = Case("attention", "bi_props.ops.varlen_attention", "float32", (3, 2, 1, 8),
+                ("contiguous",) * 3, "general", 5,
+                batch=Batch(0, (Companion(9, 2),)))  # fmt: skip
+    runner = Runner("cpu", modes=("eager", "compiled"), start_timeout_s=300)
+    try:
+        eager = runner.observe("reference", case, "disabled")
+        compiled = runner.observe("reference", replace(case, mode="compiled"), "disabled")
+    finally:
+        runner.close()
+    assert not eager.calls["op"].raised and not compiled.calls["op"].raised
+    assert compiled.evidence["compile"]["piecewise"]  # Dynamo's reason, in every observation
+    assert get("reference").judge(compiled).ok
+    assert runner.compile_stats.piecewise["attention"]
 
 
 # -- campaigns ----------------------------------------------------------------------------------
