@@ -92,3 +92,34 @@ def test_an_unclaimed_op_changed_by_the_switch_is_a_leak_finding(tmp_path: Path)
     assert leaks and {f["op"] for f in leaks} == {"softmax"}, report["findings"]
     assert "differs from stock's" in leaks[0]["message"], leaks[0]["message"]
     assert not [f for f in report["findings"] if f["op"] == "mm"], report["findings"]
+
+
+@pytest.mark.campaign
+def test_a_known_mismatch_does_not_hide_a_second_one_in_another_class(tmp_path: Path) -> None:
+    """tests/planted/planted_second_class.py: two mismatches of mm reference [enabled], one in
+    float32 (listed as known, its case naming its class), one in bfloat16: the second is a new
+    finding (exit 1); the known one is reported known."""
+    from bi_props.model.case import Case
+
+    space = SPACE.replace('include = ["mm"]', 'include = ["mm"]\n[dtypes]\nchoices = '
+                          '["float32", "bfloat16"]\nparity = []')  # fmt: skip
+    (tmp_path / "space.toml").write_text(space)
+    known_case = Case("mm", "torch.mm", "float32", (1, 4, 1), ("contiguous",) * 2, "general", 0)
+    (tmp_path / "known.toml").write_text(
+        '[[known]]\ntarget = "planted_second_class"\nop = "mm"\nproperty = "reference"\n'
+        f'switch = "enabled"\nkind = "mismatch"\ncase = "{known_case!r}"\n'
+    )
+    out = tmp_path / "out"
+    command = [
+        sys.executable, "-m", "bi_props.cli", "fuzz", "--target", "planted_second_class",
+        "--strategies", str(tmp_path / "space.toml"), "--budget", "40", "--out", str(out),
+        "--known", str(tmp_path / "known.toml"), "--examples-per-cell", "20", "--seed", "1",
+    ]  # fmt: skip
+    done = subprocess.run(command, env=_env(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1, done.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    cell = [f for f in report["findings"] if (f["property"], f["switch"]) == ("reference",
+            "enabled")]  # fmt: skip
+    new = [f for f in cell if f["status"] != "known"]
+    assert new and all("dtype='bfloat16'" in f["case"] for f in new), cell
+    assert new[0]["case_class"].startswith("bfloat16/"), new[0]

@@ -982,7 +982,9 @@ class Session:
                     status = "fixed" if verdict.ok else "known"
                 except WorkerFailure:
                     status = "known"
-            self.known_status.append({**asdict(k), "status": status})
+            # the class it names (from its case), so that the reports match it to that class only
+            entry = {**asdict(k), "case_class": k.failure_class(), "status": status}
+            self.known_status.append(entry)
         self.write_report()
         return self.known_status
 
