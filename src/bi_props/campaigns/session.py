@@ -60,6 +60,9 @@ FLAKY = "flaky"  # a failure that did not happen again when Hypothesis replayed 
 # The switch changed an op the target does not claim: its enabled result differs from stock's.
 LEAK = "leak"
 LEAK_PROPERTIES = ("reference", "determinism")
+# Outcomes that are no evidence either way: nothing that could differ was compared, or no
+# summation order could have shown (``Session.check`` returns them; the suite draws again).
+COUNTED_APART = ("degenerate", "order-blind")
 """The enabled cells of an unclaimed op whose failure is checked for a leak (the same case with
 the switch off): parity judges both states already; batch invariance is stock's own business."""
 MAX_REASONS = 6  # reasons kept per unclaimed op
@@ -459,16 +462,21 @@ class Session:
             verdict.error_type,
         )
 
-    def check(self, op: str, prop: str, switch: str, case: Case) -> None:
-        """Run one example; raise on failure. On Hypothesis' final replay of the minimal failing
-        example, re-run it in a brand-new worker and record the finding. A case that failed
-        before and passes now is remembered (``passed_again``): the evidence of a flaky one."""
+    def check(self, op: str, prop: str, switch: str, case: Case) -> str:
+        """Run one example; raise on failure, else return how it ended ("ok", or
+        ``COUNTED_APART``'s "degenerate" and "order-blind": no evidence, so the pytest suite
+        rejects those and Hypothesis draws another). On Hypothesis' final replay of the minimal
+        failing example, re-run it in a brand-new worker and record the finding. A case that
+        failed before and passes now is remembered (``passed_again``): the evidence of a flaky
+        one."""
         self._held = False
+        self._outcome = ""  # set by _check when the example was judged
         case = self.runner.settle(case)  # recorded in the mode it runs in (Case.mode)
         if (self._check(op, prop, switch, case) or self._held) and self._failed_cases:
             signature = self._failed_cases.pop((op, prop, switch, repr(case)), None)
             if signature is not None:
                 self._passed_again.add(signature)
+        return self._outcome
 
     def passed_again(self, failure: Failure) -> bool:
         """Whether a case that failed with ``failure``'s signature passed when run again in
@@ -512,6 +520,7 @@ class Session:
             if verdict.ok
             else verdict.kind
         )
+        self._outcome = outcome
         extras = coverage_extras(verdict)
         if getattr(verdict, "rows", None):
             extras["rows"] = int(verdict.rows)
