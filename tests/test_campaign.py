@@ -31,7 +31,7 @@ from bi_props.campaigns.campaign import (
     turn_seed,
 )
 from bi_props.campaigns.fuzz import database_key
-from bi_props.campaigns.session import Finding
+from bi_props.campaigns.records import Finding
 from bi_props.model.space import load
 
 PLANTED = "bi_campaign_planted"

@@ -184,7 +184,7 @@ def test_a_widening_is_shrunk_and_confirmed_in_a_fresh_process_like_any_failure(
 
 
 def test_strict_contract_defaults_from_the_environment(monkeypatch: pytest.MonkeyPatch):
-    from bi_props.campaigns.session import STRICT_CONTRACT_ENV
+    from bi_props.campaigns.records import STRICT_CONTRACT_ENV
 
     space = parse({"ops": {"include": ["silu"]}}, "test", "test")
     monkeypatch.setenv(STRICT_CONTRACT_ENV, "1")

@@ -20,7 +20,8 @@ from bi_props.campaigns.fuzz import (
     run_slice,
     settle_turn,
 )
-from bi_props.campaigns.session import Failure, PropertyFailed, case_size, is_final_replay
+from bi_props.campaigns.records import Failure, PropertyFailed
+from bi_props.campaigns.session import case_size, is_final_replay
 from bi_props.model.case import Case
 
 

@@ -19,7 +19,8 @@ import pytest
 
 from bi_props.campaigns import hangs
 from bi_props.campaigns.fuzz import Cell, run_slice
-from bi_props.campaigns.session import Failure, Session
+from bi_props.campaigns.records import Failure
+from bi_props.campaigns.session import Session
 from bi_props.model.case import Batch, Case, Companion
 from bi_props.model.space import parse
 from bi_props.reporting.data import exit_status

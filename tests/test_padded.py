@@ -224,7 +224,8 @@ def test_a_padded_finding_yields_a_reproducer_that_cuts_real_rows(
     """The script embeds the padded tensors (poison included), runs the op on them and compares
     each sample's real rows, as bi_props did: it reproduces against the planted library and not
     against stock rms_norm (a shim of the same name that swaps nothing)."""
-    from bi_props.campaigns.session import Finding, Session
+    from bi_props.campaigns.records import Finding
+    from bi_props.campaigns.session import Session
     from test_repro import run_isolated
 
     monkeypatch.setenv("PYTHONPATH", str(PLANTED))

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from bi_props.campaigns.session import PropertyFailed, Session
+from bi_props.campaigns.records import PropertyFailed
+from bi_props.campaigns.session import Session
 from bi_props.model.case import Batch, Case, Companion
 from bi_props.model.observation import Hello
 from bi_props.model.properties import Verdict

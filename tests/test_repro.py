@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from bi_props.campaigns.session import Finding, Session
+from bi_props.campaigns.records import Finding
+from bi_props.campaigns.session import Session
 from bi_props.model.case import Batch, Case, Companion, parse_case
 from bi_props.model.known import DataFileError, load_known, load_regressions, promote
 from bi_props.model.space import load_profile

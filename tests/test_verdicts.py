@@ -12,7 +12,8 @@ import time
 from hypothesis import strategies as st
 
 from bi_props.campaigns.fuzz import KNOWN_ONLY_TURNS, Cell, run_slice
-from bi_props.campaigns.session import Failure, Session
+from bi_props.campaigns.records import Failure
+from bi_props.campaigns.session import Session
 from bi_props.model.case import Case
 from bi_props.model.known import KnownFailure
 from bi_props.model.properties import Verdict
@@ -102,7 +103,7 @@ def test_only_a_case_that_held_when_run_again_counts_as_passed_again() -> None:
     settled), nor is an unobservable verdict; only a property that held is."""
     import pytest
 
-    from bi_props.campaigns.session import PropertyFailed
+    from bi_props.campaigns.records import PropertyFailed
 
     outcome = {"verdict": Verdict(False, "bits differ", "mismatch")}
     session = session_judged_by(lambda case, fresh: outcome["verdict"])
@@ -506,7 +507,7 @@ def test_a_control_asked_not_to_shrink_ends_its_turn_at_the_first_variance(monke
 
 
 def test_the_failure_class_is_the_exception_whatever_the_propertys_words() -> None:
-    from bi_props.campaigns.session import failure_class
+    from bi_props.campaigns.records import failure_class
 
     case = mm_case(2, 3)
     words = {

@@ -581,7 +581,7 @@ class OutputLock:
 def _strict_contract(strict: bool) -> Iterator[None]:
     """The campaign's sessions read ``--strict-contract`` from BI_PROPS_STRICT_CONTRACT (and
     record it in the report): set it for the run, then put back what was there."""
-    from .campaigns.session import STRICT_CONTRACT_ENV
+    from .campaigns.records import STRICT_CONTRACT_ENV
 
     before = os.environ.get(STRICT_CONTRACT_ENV)
     os.environ[STRICT_CONTRACT_ENV] = "1" if strict else "0"

@@ -390,7 +390,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
 
             _record_flaky(session, session.last_failure)
         elif call.excinfo.errisinstance(Flaky) and not session.recorded(session.last_failure):
-            from .campaigns.session import FAILED_DIFFERENTLY
+            from .campaigns.records import FAILED_DIFFERENTLY
 
             # the same case failed differently on replay: a finding as seen
             session.finalize(session.last_failure, shrink=FAILED_DIFFERENTLY)
@@ -630,7 +630,7 @@ def _summarize(state: BiPropsState, out: SummaryLines) -> None:
         out.line(f"WARNING: {note}", yellow=True)
     for (op, switch), why in session.unobservable.items():
         out.line(f"ROUTING NOT OBSERVABLE: {op} [{switch}]: {why}", yellow=True, bold=True)
-    from .campaigns.session import unclaimed_line
+    from .campaigns.session_report import unclaimed_line
 
     for op, entry in session.unclaimed.items():
         out.line(unclaimed_line(op, entry), yellow=entry["batch_variant"])

@@ -298,7 +298,7 @@ def test_every_failure_is_one_recordedfinding(engine_run):
 
 
 def test_findings_are_well_formed(engine_run):
-    from bi_props.campaigns.session import Finding
+    from bi_props.campaigns.records import Finding
     from bi_props.model.case import parse_case
 
     required = {f.name for f in dataclasses.fields(Finding)}

@@ -274,7 +274,7 @@ def test_switch_propagation_observed(lane):
 
 
 def test_findings_are_well_formed(lane):
-    from bi_props.campaigns.session import Finding
+    from bi_props.campaigns.records import Finding
     from bi_props.catalogue.strategies import PROPERTIES
 
     required = {

@@ -68,14 +68,10 @@ from .ledger import (  # noqa: F401 (the campaign's record; names other modules 
     round_seed,
     turn_seed,
 )
+from .records import STATUS_INTERNAL, Finding, target_status
 from .scheduler import Item, Scheduler
-from .session import (
-    STATUS_INTERNAL,
-    Finding,
-    Session,
-    routing_lines,
-    target_status,
-)
+from .session import Session
+from .session_report import routing_lines
 from .switching_check import SwitchingCheck
 from .switching_check import finding_fields as switching_finding
 
@@ -371,7 +367,7 @@ class Campaign:
 
     @staticmethod
     def strict_contract_requested() -> bool:
-        from .session import strict_contract_requested
+        from .records import strict_contract_requested
 
         return strict_contract_requested()
 

@@ -26,16 +26,8 @@ from hypothesis import strategies as st
 from ..catalogue import cells
 from ..model.space import Space
 from ..runner.controller import DeadlineReached
-from .session import (
-    FAILED_DIFFERENTLY,
-    FLAKY,
-    INTERNAL,
-    Failure,
-    Session,
-    case_size,
-    internal_message,
-    is_final_replay,
-)
+from .records import FAILED_DIFFERENTLY, FLAKY, INTERNAL, Failure
+from .session import Session, case_size, internal_message, is_final_replay
 
 SLICE_EXAMPLES = 10
 RETIRING_KINDS = frozenset({"crash", "timeout", INTERNAL})

@@ -23,12 +23,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..model.space import Space
-from .session import (
-    INTERNAL,
-    STATUS_INTERNAL,
-    STATUS_RUNNING,
-    Finding,
-)
+from .records import INTERNAL, STATUS_INTERNAL, STATUS_RUNNING, Finding
 
 FINDINGS_FILE = "findings.jsonl"
 STATE_FILE = "campaign.json"

@@ -45,7 +45,8 @@ from .campaign import (
 )
 from .evidence import Tally, evidence
 from .fuzz import SLICE_EXAMPLES, Cell, Interrupted, _on_sigterm, cells_for, run_slice
-from .session import Finding, Session
+from .records import Finding
+from .session import Session
 from .switching_check import SwitchingCheck
 from .switching_check import finding_fields as switching_finding
 

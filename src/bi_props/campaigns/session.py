@@ -19,9 +19,8 @@ from ..catalogue.strategies import cases, cases_near_known, control_cases
 from ..integrations import switches
 from ..model import property_spec
 from ..model.batch_reach import BatchReach
-from ..model.case import Case, case_class, class_of
+from ..model.case import Case, case_class
 from ..model.known import KnownFailure
-from ..model.modes import mode_lines
 from ..model.observation import Hello
 from ..model.space import Space
 from ..reporting.ulp import coverage_extras, reference_ulps
@@ -42,13 +41,24 @@ from .controls import (
     is_final_replay,
     run_control,
 )
-from .evidence import session_evidence
-from .modes import fresh_compile_env, mode_space, modes_report
+from .modes import fresh_compile_env, mode_space
+from .records import (
+    INTERNAL,
+    LEAK,
+    LEAK_PROPERTIES,
+    PROMISE,
+    STATUS_COMPLETE,
+    STATUS_INTERNAL,
+    STATUS_RUNNING,
+    Failure,
+    Finding,
+    InternalFailure,
+    PropertyFailed,
+    failure_class,
+    strict_contract_requested,
+)
+from .session_report import degenerate_summary, routing_notes, session_report
 
-INTERNAL = "internal"  # bi_props itself failed (controller side, or InternalError in a worker)
-# An op the target does not swap, batch-variant with the switch on, under a target whose switch
-# promises batch-invariant inference (the fresh process confirms it as a mismatch).
-PROMISE = "promise"
 CROSS_PROCESS_EVERY = 8
 """The default of ``[runner] cross_process_every``: one determinism example in this many (by a
 hash of the case) is also compared bitwise in a second, freshly started worker: about 12% of
@@ -56,155 +66,10 @@ determinism examples, one extra example each, plus one worker start per switch s
 session (0 in the space turns it off)."""
 CROSS_PROCESS_START_LEFT_S = 10.0
 """The second worker is not started when less than this is left of a campaign's budget."""
-FLAKY = "flaky"  # a failure that did not happen again when Hypothesis replayed the same case
-# The switch changed an op the target does not claim: its enabled result differs from stock's.
-LEAK = "leak"
-LEAK_PROPERTIES = ("reference", "determinism")
+MAX_REASONS = 6  # reasons kept per unclaimed op
 # Outcomes that are no evidence either way: nothing that could differ was compared, or no
 # summation order could have shown (``Session.check`` returns them; the suite draws again).
 COUNTED_APART = ("degenerate", "order-blind")
-"""The enabled cells of an unclaimed op whose failure is checked for a leak (the same case with
-the switch off): parity judges both states already; batch invariance is stock's own business."""
-MAX_REASONS = 6  # reasons kept per unclaimed op
-CLASSLESS = (FLAKY, INTERNAL)
-"""Finding kinds that are one finding of their cell whatever the case's class: the class of a
-case that failed only once (nondeterminism) or through bi_props' own error says nothing."""
-STRICT_CONTRACT_ENV = "BI_PROPS_STRICT_CONTRACT"
-"""Set to 1 (``bi-props fuzz --strict-contract``): the sessions of the run record
-``strict_contract``, so that a contract widening (parity's kind ``widening``: the switch-on
-kernel accepts what stock refuses) fails the run (``reporting.data.exit_status``)."""
-
-
-def strict_contract_requested() -> bool:
-    import os
-
-    return os.environ.get(STRICT_CONTRACT_ENV, "") == "1"
-
-
-# report.json's "status": a plain string, set in one place per run (Session.status, or the
-# campaign's Ledger.status). "running" while the run is on; others may add values.
-STATUS_RUNNING = "running"
-# The shrink note of a case Hypothesis stopped on because it failed differently when replayed.
-FAILED_DIFFERENTLY = (
-    "Hypothesis stopped: the same case failed differently when replayed (e.g. a crash, then a "
-    "timeout on a loaded machine); the smallest failing case seen, not necessarily minimal"
-)
-STATUS_COMPLETE = "complete"
-STATUS_INTERNAL = "internal error"
-
-
-def target_status(hello_status: str) -> str:
-    """The run status for a target that cannot run: "target missing" or "target broken"."""
-    return f"target {hello_status}"
-
-
-class PropertyFailed(AssertionError):
-    """A property does not hold for a case (a mismatch, or an exception where none belongs)."""
-
-
-class InternalFailure(Exception):
-    """bi_props failed while running or judging an example: a bug of ours, recorded as a finding
-    of kind ``internal`` (never mistaken for a pass, never for the target's bug)."""
-
-
-@dataclass
-class Finding:
-    target: str
-    op: str
-    property: str
-    switch: str
-    kind: str
-    case: str
-    message: str
-    # True: the same property failed with the same kind in a brand-new worker; False: it ran there
-    # and passed, or failed otherwise; None: not confirmed (not re-run, or the worker did not
-    # start). ``confirmation`` says which, in words.
-    reproduced_in_fresh_process: bool | None
-    error_type: str | None = None
-    reproducer: str | None = None
-    status: str = "new"  # "known" when a known-failures entry names its signature
-    # "complete": Hypothesis' minimal case. Otherwise why shrinking stopped early (the budget was
-    # spent, or the run was interrupted): the case is then the smallest failing one seen.
-    shrink: str = "complete"
-    confirmation: str = ""
-    # reference findings: ulps at the element nearest its bound (observed, allowed there).
-    ulps_observed: int | None = None
-    ulps_allowed: float | None = None
-    # A ``flaky`` finding: the kind its first run failed with (a mismatch, a timeout, ...).
-    first_kind: str | None = None
-    # Its failure class within the cell (``model.case.case_class``): another dtype, layout,
-    # value kind or size class is another finding.
-    case_class: str = ""
-
-    def signature(self) -> tuple:
-        klass = self.case_class or class_of(self.case)
-        return (
-            self.target, self.op, self.property, self.switch, self.kind, self.error_type, klass
-        )  # fmt: skip
-
-    def settles(self) -> set[tuple]:
-        """The signatures this finding accounts for: its own, and a flaky finding's first-seen
-        one (that failure met again is this finding, not a new one to shrink every turn). A
-        flaky or internal finding is one of its cell whatever the class (``CLASSLESS``): its
-        class is ``"*"``."""
-        target, op, prop, switch, kind, error_type, klass = self.signature()
-        klass = "*" if kind in CLASSLESS else klass
-        settled = {(target, op, prop, switch, kind, error_type, klass)}
-        if self.first_kind and self.first_kind != self.kind:
-            settled.add((target, op, prop, switch, self.first_kind, error_type, klass))
-        return settled
-
-    def accounts_for(self, signature: tuple) -> bool:
-        """Whether this finding settles a full signature with its class (``settles``)."""
-        mine = self.settles()
-        return signature in mine or (*signature[:-1], "*") in mine
-
-
-@dataclass(frozen=True)
-class Failure:
-    """One failing example as ``Session.check`` saw it: enough to record it as a finding."""
-
-    op: str
-    prop: str
-    switch: str
-    case: Case
-    kind: str
-    message: str
-    error_type: str | None
-    # The verdict kind a fresh worker must show to confirm it, where the finding's kind is a
-    # reading of the verdict (a promise or a leak finding is a mismatch of the observation).
-    confirm_as: str | None = None
-
-    def signature(self) -> tuple:
-        """The cell and kind: what one Hypothesis search shrinks as one failure."""
-        return (self.op, self.prop, self.switch, self.kind, self.error_type)
-
-    def classed(self) -> tuple:
-        """``signature`` and the case's failure class (``case_class``): what is recorded, and
-        what a known or recorded finding settles."""
-        return (*self.signature(), case_class(self.case))
-
-
-def failure_class(failure: Failure) -> tuple | None:
-    """The root cause of an exception, across properties and ops: the same exception type and
-    message stem (numbers and dtype names elided), or the same crash signal (a half-installed
-    kernel raising TypeError in every cell of several ops; a library that segfaults on a
-    dtype). A class is
-    shrunk and confirmed once; its other cells are recorded as the same failure, at no fresh
-    start each. None for failures that name no exception (a mismatch is each property's own
-    evidence)."""
-    if not failure.error_type or failure.kind == INTERNAL:
-        return None
-    import re
-
-    if failure.kind == "crash":
-        signal = re.search(r"SIG[A-Z]+|signal -?\d+", failure.message)
-        return (failure.kind, failure.error_type, signal.group(0) if signal else "")
-    match = re.search(rf"{re.escape(failure.error_type)}: (.*)", failure.message)
-    text = match.group(1) if match else (failure.message.splitlines() or [""])[0]
-    text = text.split("; disabled ")[0]  # parity's message goes on with the other state
-    stem = re.sub(r"\b(torch\.)?(b?float|u?int|complex)\d*\b", "<dtype>", text.strip())
-    return (failure.kind, failure.error_type, re.sub(r"\d+", "#", stem)[:200])
 
 
 @dataclass(repr=False)
@@ -1004,97 +869,15 @@ class Session:
 
     # -- report --------------------------------------------------------------------------------
 
-    def properties(self) -> list[dict[str, Any]]:
-        """The properties this run's ops are checked for, in registry order, with what each
-        means: a user's property is listed in every report beside the built-in ones."""
-        from ..catalogue import OPS
-
-        ops = [OPS[op] for op in self.space.ops if op in OPS]
-        used = {p for spec in ops for p in property_spec.properties_of(spec)}
-        return [
-            {
-                "name": name,
-                "description": spec.description,
-                "control": spec.control,
-                "builtin": name in property_spec.BUILTIN_PROPERTIES,
-            }
-            for name, spec in property_spec.PROPERTIES.items()
-            if name in used
-        ]
-
     def report(self) -> dict[str, Any]:
-        environment = {}
-        try:
-            environment = dict(self.runner._hellos["disabled"].environment)
-        except KeyError:
-            pass
-        for hello in self.runner._hellos.values():  # the switch provider's record of each state
-            environment.update(switches.rows(hello.provider))
-        return {
-            "target": self.target,
-            "profile": self.space.profile,
-            "strategies": self.space.source,
-            "environment": environment,
-            # the target's declared internal precision per op, per switch state (Target.precision)
-            "precision": {state: hello.precision for state, hello in self.runner._hellos.items()},
-            "examples": self.runner.examples,
-            "elapsed_s": round(time.time() - self.started, 3),
-            "findings": [asdict(f) for f in self.findings],
-            "controls": [asdict(c) for c in self.controls],
-            "not_covered": [{"op": op, "reason": why} for op, why in self.not_covered.items()],
-            "routing_not_observable": [
-                {"op": op, "switch": switch, "reason": why}
-                | ({"declared": True} if op in (self._hello_field("unobservable") or {}) else {})
-                for (op, switch), why in self.unobservable.items()
-            ],
-            "unclaimed": [{"op": op, **entry} for op, entry in self.unclaimed.items()],
-            "routing_observed": sorted(self.routing_observed),
-            "routing_notes": self.routing_notes(),
-            "properties": self.properties(),
-            "promises_inference": self._hello_field("promises_inference"),
-            "known": self.known_status,
-            "status": self.status,
-            "strict_controls": self.strict_controls,
-            "strict_contract": self.strict_contract,
-            "internal_errors": list(self.internal_errors),
-            "degenerate": self.degenerate_summary(),
-            "batch_reach": [
-                {"op": op, "property": prop, "switch": switch, **reach.to_json()}
-                for (op, prop, switch), reach in self.batch_reach.items()
-            ],
-            "cross_process_checks": self.cross_process_checks,
-            "sweeps": list(self.sweeps),
-            "switching": self.switching or {"ok": None, "message": "not judged yet"},
-            "evidence": session_evidence(self),
-            # examples whose failure was a settled (known or recorded) class, let pass so that
-            # the cell kept looking for other classes: counted, never silent
-            "skipped_known": [
-                {"op": op, "property": prop, "switch": switch, "examples": n}
-                for (op, prop, switch), n in self.skipped_known.items()
-            ],
-            "hang_suspicions": list(self.hang_suspicions),
-            **modes_report(self),  # modes drawn / not applicable, compile time (not kernel time)
-        }
+        """report.json's content for this session (``session_report``)."""
+        return session_report(self)
 
     def degenerate_summary(self) -> dict[str, Any]:
-        """The cells' degenerate examples: how many of the judged ones, and per cell why."""
-        return {
-            "examples": sum(n for n, _ in self.degenerate.values()),
-            "of": self.checked,
-            "cells": [
-                {"op": op, "property": prop, "switch": switch, "examples": n, "reason": why}
-                for (op, prop, switch), (n, why) in self.degenerate.items()
-            ],
-        }
-
-    def _hello_field(self, name: str) -> Any:
-        hello = self.runner._hellos.get("enabled") or self.runner._hellos.get("disabled")
-        return getattr(hello, name, None) if hello is not None else None
+        return degenerate_summary(self)
 
     def routing_notes(self) -> list[str]:
-        """The targets' warnings about how routing is observed (e.g. a module without a prefix)."""
-        notes = [h.routing_note for h in self.runner._hellos.values() if h.routing_note]
-        return list(dict.fromkeys(notes))
+        return routing_notes(self)
 
     def write_report(self) -> None:
         if self.report_path is None:
@@ -1142,27 +925,6 @@ def order_blind(prop: str, case: Case) -> bool:
 def _first_line(exc: BaseException) -> str:
     lines = [line for line in str(exc).splitlines() if line.strip()]
     return lines[0] if lines else type(exc).__name__
-
-
-def unclaimed_line(op: str, entry: dict[str, Any]) -> str:
-    """One line on an op the target does not claim: batch-variant with the switch on?"""
-    answer = "YES" if entry["batch_variant"] else "no"
-    line = (
-        f"not claimed: {op}: batch-variant with the switch on: {answer} "
-        f"({entry['property']}, {entry['examples']} examples)"
-    )
-    return line + (f"; smallest case seen: {entry['case']}" if entry.get("case") else "")
-
-
-def routing_lines(session: Session) -> list[str]:
-    """The console's lines on routing notes, unobservable routing and unclaimed ops."""
-    lines = [f"WARNING: {note}" for note in session.routing_notes()]
-    lines += [
-        f"ROUTING NOT OBSERVABLE: {op} [{switch}]: {why}"
-        for (op, switch), why in session.unobservable.items()
-    ]
-    lines += mode_lines(modes_report(session))  # compiled mode: modes drawn, not applicable
-    return lines + [unclaimed_line(op, entry) for op, entry in session.unclaimed.items()]
 
 
 def _note(text: str) -> None:

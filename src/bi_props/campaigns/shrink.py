@@ -26,7 +26,8 @@ from hypothesis import strategies as st
 from ..model.case import DTYPES, LAYOUTS, PARITY_DTYPES, VALUE_CLASSES, Batch, Case, Companion
 
 if TYPE_CHECKING:
-    from .session import Failure, Session
+    from .records import Failure
+    from .session import Session
 
 DTYPE_ORDER = (*DTYPES, *PARITY_DTYPES)
 """Dtypes in the order a shrink prefers them (float32 first)."""
@@ -215,7 +216,7 @@ def fails_like(session: Session, failure: Failure, case: Case) -> str | None:
     finding being a mismatch of the observation, and where it names one the same exception
     type); None when it does not."""
     from ..runner.controller import WorkerFailure
-    from .session import LEAK, PROMISE
+    from .records import LEAK, PROMISE
 
     if failure.kind == LEAK:  # a leak needs the switch-off observation to differ
         return session.leak_message(failure.op, failure.prop, case)
