@@ -414,13 +414,7 @@ class Session:
         if switch == "enabled" and not self.covered(op) and not self._promised(prop):
             self._note_unclaimed(op, prop, case, verdict)
             if self._broken_promise(prop, verdict):  # batch-variant, under a whole-model promise
-                hello = self.hello("enabled")
-                message = (
-                    f"promise broken: target {self.target!r}'s switch promises batch-invariant "
-                    f"inference, but {op} is not swapped (the target claims "
-                    f"{sorted(hello.covered) or 'no op'}; not swapped: {op}) and is "
-                    f"batch-variant with the switch on:\n{verdict.message}"
-                )
+                message = self.promise_message(op, verdict.message)
                 found = Failure(op, prop, switch, case, PROMISE, message, None)
                 if self._skip_settled(found):
                     return False
@@ -494,6 +488,17 @@ class Session:
             f"leak: the switch changed {op}, which target {self.target!r} does not claim: on "
             f"the same inputs its result with the switch on differs from stock's (switch off):"
             f"\n{verdict.message}"
+        )
+
+    def promise_message(self, op: str, evidence: str) -> str:
+        """A promise finding's message: what the switch promises, what it left unswapped, and
+        the evidence (a shrunk case keeps the first part, with its own evidence)."""
+        hello = self.hello("enabled")
+        return (
+            f"promise broken: target {self.target!r}'s switch promises batch-invariant "
+            f"inference, but {op} is not swapped (the target claims "
+            f"{sorted(hello.covered) or 'no op'}; not swapped: {op}) and is "
+            f"batch-variant with the switch on:\n{evidence}"
         )
 
     def _broken_promise(self, prop: str, verdict) -> bool:

@@ -232,6 +232,8 @@ def fails_like(session: Session, failure: Failure, case: Case) -> str | None:
         return None
     if failure.error_type and verdict.error_type not in (None, failure.error_type):
         return None
+    if failure.kind == PROMISE:  # what was promised, then this case's evidence
+        return session.promise_message(failure.op, verdict.message)
     return verdict.message
 
 
