@@ -7,10 +7,7 @@
 #   2. tests/vllm_lane/lane_vllm_on_cpu.py: the property suite against `--bi-target vllm`, expected
 #      to find vLLM's CPU failures; it checks the run, the switch propagation and every finding;
 #   2b. tests/vllm_lane/lane_vllm_ops.py: vLLM's own CPU kernels (torch.ops._C) for the engine ops,
-#      pinned case by case; lane_vllm_answers.py: `bi-props fuzz --target vllm` over every op
-#      answers "is my model batch-invariant with the switch on?" on this broken target (every cell
-#      ran, mm's promise finding, the probe model's logprobs judged);
-#      lane_vllm_engine_ops.py: a campaign over them (every finding must be
+#      pinned case by case; lane_vllm_engine_ops.py: a campaign over them (every finding must be
 #      one of the pinned behaviours);
 #   3. tests/vllm_lane/lane_engine.py: the `vllm-engine` target (vLLM's LLM on a tiny model);
 #   3b. tests/vllm_lane/lane_scenarios.py: engine scenarios (prefix caching, chunked prefill,
@@ -21,7 +18,10 @@
 #   3c. tests/vllm_lane/lane_cuda_graphs.py: CUDA graphs as a scenario dimension (the GPU check's
 #      scenarios part), on what CPU can check: the engine arguments are vLLM 0.32.0's names, and a
 #      space with CUDA graphs is refused off CUDA (seconds, no engine built);
-#   4. tests/vllm_lane/lane_verl_switch.py: the `vllm` target switched by verl 0.9.1's own code
+#   4. tests/vllm_lane/lane_vllm_answers.py: `bi-props fuzz --target vllm` over every op answers
+#      "is my model batch-invariant with the switch on?" on this broken target (every cell ran,
+#      mm's promise finding, the probe model judged or its switch-on failure a finding);
+#   4b. tests/vllm_lane/lane_verl_switch.py: the `vllm` target switched by verl 0.9.1's own code
 #      (`--bi-switch verl`; verl is added to this venv without its dependencies, see below);
 #   5. tests/vllm_lane/lane_vllm_triton.py: the `vllm` target with vLLM's real Triton kernels run
 #      by Triton's interpreter (TRITON_INTERPRET=1, BI_PROPS_VLLM_TRITON=1; triton==3.9.0, which
@@ -104,7 +104,6 @@ python -m pytest tests/vllm_lane/lane_vllm_on_cpu.py -q -p no:cacheprovider --du
 python -m pytest tests/vllm_lane/lane_vllm_ops.py -q -p no:cacheprovider --durations=5 || status=1
 engine_ops_start=$(date +%s)
 python -m pytest tests/vllm_lane/lane_vllm_engine_ops.py -q -p no:cacheprovider --durations=5 || status=1
-python -m pytest tests/vllm_lane/lane_vllm_answers.py -q -p no:cacheprovider --durations=5 || status=1
 echo "vLLM lane: the engine-ops campaign took $(( $(date +%s) - engine_ops_start )) s"
 python -m pytest tests/vllm_lane/lane_engine.py -q -p no:cacheprovider --durations=5 || status=1
 scenarios_start=$(date +%s)
@@ -113,6 +112,9 @@ echo "vLLM lane: engine scenarios took $(( $(date +%s) - scenarios_start )) s"
 python -m pytest tests/vllm_lane/lane_cuda_graphs.py -q -p no:cacheprovider --durations=5 || status=1
 fi
 if [ "$run_rest" = 1 ]; then
+answers_start=$(date +%s)
+python -m pytest tests/vllm_lane/lane_vllm_answers.py -q -p no:cacheprovider --durations=5 || status=1
+echo "vLLM lane: the every-op campaign took $(( $(date +%s) - answers_start )) s"
 verl_start=$(date +%s)
 python -m pytest tests/vllm_lane/lane_verl_switch.py -q -p no:cacheprovider --durations=5 || status=1
 echo "vLLM lane: verl switch tests took $(( $(date +%s) - verl_start )) s"
