@@ -21,7 +21,11 @@ from pathlib import Path
 import pytest
 
 SPACE = Path(__file__).with_name("answers.toml")
-BUDGET_S = 300  # the cap; the evidence bound (--examples-per-cell) ends the run first
+# The cap: with --examples-per-cell the run would end on evidence, but on this target the cells
+# whose every call raises stay below their floor, and the known stock-variant cases the negative
+# controls keep finding while they shrink are run on the switch-on cells as they come: about 300 s
+# on a 2-core AMD EPYC (2026-12-07), 5,300 examples, 50 findings.
+BUDGET_S = 300
 EXAMPLES_PER_CELL = 2
 
 
