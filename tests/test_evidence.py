@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from bi_props.campaigns.evidence import detection_power, power_text, session_evidence
+from bi_props.campaigns.records import Finding
 from bi_props.campaigns.session import Session
 from bi_props.model import property_spec
 from bi_props.model.case import Batch, Case, Companion
@@ -81,9 +82,10 @@ def test_order_blind_and_degenerate_examples_are_counted_apart_never_as_judged()
                      Verdict(True, compared=0, degenerate="zero elements")])  # fmt: skip
     session.judge = lambda *a, **k: next(verdicts)
     cell = ("mm", "batch_invariance", "enabled")
-    session.check(*cell, _mm())
-    session.check(*cell, _mm("exact"))  # order-exact values: no reduction order can show
-    session.check(*cell, _mm())
+    assert session.check(*cell, _mm()) == "ok"
+    # order-exact values: no reduction order can show; the suite draws again on these two
+    assert session.check(*cell, _mm("exact")) == "order-blind"
+    assert session.check(*cell, _mm()) == "degenerate"
     assert session.judged[cell] == 1 and session.order_blind[cell] == 1
     assert session.rows_judged[cell] == 3 and session.degenerate[cell][0] == 1
 
@@ -101,6 +103,14 @@ def test_a_claimed_op_below_the_floor_is_thin_and_exits_3():
     line = verdict_line(ReportData(Path("."), report, [], {}, {}, [], []))
     assert line.startswith("THIN EVIDENCE (exit 3): 1 op(s) below the floor of 5"), line
     assert "sum (reference: 4 judged < 5)" in line
+    session.findings.append(
+        Finding("cpu", "mm", "reference", "enabled", "mismatch", "Case(...)", "off", True)
+    )
+    report = session.report()
+    assert exit_status(report) == 1  # a failing finding decides first; the line says so
+    line = verdict_line(ReportData(Path("."), report, [], {}, {}, [], []))
+    assert line.startswith("THIN EVIDENCE (the run exits 1: its findings decide)"), line
+    session.findings.clear()
     session.judged[("sum", "reference", "enabled")] = 5
     assert thin_evidence(session.report()) == [] and exit_status(session.report()) == 0
 

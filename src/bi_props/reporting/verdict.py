@@ -9,6 +9,7 @@ from .data import (
     ReportData,
     blind_controls,
     cell_name,
+    exit_status,
     fails_run,
     inapplicable_controls,
     no_routing_verdict,
@@ -94,7 +95,7 @@ def verdict_line(data: ReportData) -> str:
     if thin:
         shown = thin_text(thin, MAX_NAMED)
         line = (
-            f"THIN EVIDENCE (exit 3): {len(thin)} op(s) below the floor of "
+            f"THIN EVIDENCE{thin_exit(r)}: {len(thin)} op(s) below the floor of "
             f"{evidence.get('min_judged')} judged examples or a model-level cell not run: "
             f"{shown}. " + line
         )
@@ -139,11 +140,18 @@ def evidence_lines(report: dict) -> list[str]:
     thin = thin_evidence(report)
     if thin:
         lines.append(
-            f"THIN EVIDENCE (exit 3): {len(thin)} op(s) below the floor of "
+            f"THIN EVIDENCE{thin_exit(report)}: {len(thin)} op(s) below the floor of "
             f"{evidence.get('min_judged')} judged examples, or a model-level cell not run: "
             f"{thin_text(thin, 8)} (a larger --budget, or fewer --ops)"
         )
     return lines
+
+
+def thin_exit(report: dict) -> str:
+    """ " (exit 3)" when thin evidence decides the exit status; a failing finding decides it
+    first (exit 1), and the line says so rather than name a status the run does not give."""
+    status = exit_status(report)
+    return " (exit 3)" if status == 3 else f" (the run exits {status}: its findings decide)"
 
 
 def thin_text(thin: list[str], most: int) -> str:
