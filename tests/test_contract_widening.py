@@ -248,7 +248,8 @@ def test_fuzz_reports_a_widening_library_apart_and_fails_it_only_when_strict(tmp
     strict, report, _ = _fuzz(tmp_path, "planted_widening", "silu", 20, "--strict-contract")
     assert strict.returncode == 1, strict.stderr[-3000:]
     assert report["strict_contract"] is True
-    assert [f["kind"] for f in report["findings"]] == ["widening"]
+    # one per failure class it met (a known case's, a drawn case's of another size class)
+    assert report["findings"] and {f["kind"] for f in report["findings"]} == {"widening"}
 
 
 @pytest.mark.campaign

@@ -352,14 +352,19 @@ _FROM_WORKERS = pytest.StashKey[dict]()  # pytest-xdist worker id -> what it sen
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item):
-    """Remember where the session's findings stood, to know which this test recorded."""
+    """Remember where the session's findings stood, to know which this test recorded; after
+    the test, record the failure its final replay left to reduce (``Session.record_deferred``)."""
     state = item.config.stash.get(_KEY, None)
     if state is not None and state._session is not None:
         item.stash[_FINDINGS_AT] = len(state._session.findings)
         item.stash[_SKIPPED_AT] = dict(state._session.skipped_known)
         # each test skips known failures anew (a failure raised turns it off for its shrink)
         state._session.skip_settled = bool(state._session.known)
-    return (yield)
+    try:
+        return (yield)
+    finally:  # a minimal failure drawn near a known case, reduced outside Hypothesis' test
+        if state is not None and state._session is not None:
+            state._session.record_deferred()
 
 
 @pytest.hookimpl(wrapper=True)

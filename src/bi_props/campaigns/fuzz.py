@@ -26,14 +26,10 @@ from hypothesis import strategies as st
 from ..catalogue import cells
 from ..model.space import Space
 from ..runner.controller import DeadlineReached
-from .records import FAILED_DIFFERENTLY, FLAKY, INTERNAL, Failure
+from .records import FAILED_DIFFERENTLY, FLAKY, INTERNAL, RETIRING_KINDS, Failure
 from .session import Session, case_size, internal_message, is_final_replay
 
 SLICE_EXAMPLES = 10
-RETIRING_KINDS = frozenset({"crash", "timeout", INTERNAL})
-"""Kinds whose new finding still retires its cell: every later example that met it again would
-cost a worker replacement (crash) or a whole example timeout (hang), and an ``internal`` finding
-is bi_props' own failure. A worker that does not start (``WorkerStartFailure``) retires it too."""
 KNOWN_ONLY_TURNS = 5
 """A cell retires after this many turns that met only settled signatures (its known bugs) and
 found no new one: a cell that keeps failing with a known bug does not keep its share of the
@@ -373,21 +369,8 @@ def _unproven_class(session, failure: Failure) -> bool:
 
 
 def _record_final(session: Session, failure: Failure, stop_at: float | None) -> None:
-    """Record the minimal failure of Hypothesis' shrink. One drawn as the neighbour of a known
-    batch-variant case kept that case's structure (rows, extents, companions: the neighbour
-    strategy only moves data, place and dtype), so it is reduced further over its own knobs
-    (``shrink.shrink``) before it is recorded; a crash or a hang is not (each candidate would
-    cost a worker or a timeout)."""
-    from .shrink import near_known, shrink
-
-    how = "complete"
-    left = stop_at is None or time.monotonic() < stop_at
-    if left and failure.kind not in RETIRING_KINDS and near_known(session, failure.case):
-        origin = "a neighbour of a known stock-variant case"
-        reduced, note = shrink(session, failure, stop_at, origin)
-        if reduced.case != failure.case:
-            failure, how = reduced, f"complete, then {note}"
-    session.finalize(failure, shrink=how)
+    """Record the minimal failure of Hypothesis' shrink (``Session.record_final``)."""
+    session.record_final(failure, stop_at=stop_at)
 
 
 def _prewarm(session, switch: str, count: int) -> None:

@@ -21,6 +21,10 @@ LEAK = "leak"
 LEAK_PROPERTIES = ("reference", "determinism")
 """The enabled cells of an unclaimed op whose failure is checked for a leak (the same case with
 the switch off): parity judges both states already; batch invariance is stock's own business."""
+RETIRING_KINDS = frozenset({"crash", "timeout", INTERNAL})
+"""Kinds whose new finding still retires its cell: every later example that met it again would
+cost a worker replacement (crash) or a whole example timeout (hang), and an ``internal`` finding
+is bi_props' own failure. A worker that does not start (``WorkerStartFailure``) retires it too."""
 CLASSLESS = (FLAKY, INTERNAL)
 """Finding kinds that are one finding of their cell whatever the case's class: the class of a
 case that failed only once (nondeterminism) or through bi_props' own error says nothing."""

@@ -47,6 +47,7 @@ from .records import (
     LEAK,
     LEAK_PROPERTIES,
     PROMISE,
+    RETIRING_KINDS,
     STATUS_COMPLETE,
     STATUS_INTERNAL,
     STATUS_RUNNING,
@@ -149,6 +150,12 @@ class Session:
     # On: a failure is remembered (``last_failure``) but not recorded at once: the caller
     # shrinks it first (campaigns/shrink.py), then records it.
     defer_finalize: bool = field(default=False, repr=False)
+    # A final replay's failure to reduce further once Hypothesis' own test has ended (a nested
+    # Hypothesis search is refused inside it): ``record_final``, then ``record_deferred``.
+    deferred_final: tuple[Failure, str] | None = field(default=None, repr=False)
+    # Cells that failed in this session: the suite stops rejecting their examples that judged
+    # nothing, so that Hypothesis' shrink sees them pass, as a campaign's does.
+    failed_cells: set[tuple[str, str, str]] = field(default_factory=set, repr=False)
     # The floor of evidence (campaigns/evidence.py) on every cell the space has (a campaign:
     # a cell it did not run is thin), or on the cells that ran only (pytest: a user's -k
     # selection leaves cells out on purpose).
@@ -647,11 +654,43 @@ class Session:
         same bug (then nothing new is recorded)."""
         self.skip_settled = False
         self.last_failure = failure
+        self.failed_cells.add((failure.op, failure.prop, failure.switch))
         self._failed_cases[(failure.op, failure.prop, failure.switch, repr(failure.case))] = (
             failure.signature()
         )
         if is_final_replay() and not self.defer_finalize:
-            self.finalize(failure, shrink=self.shrink_note or "complete")
+            self.record_final(failure, shrink=self.shrink_note or "complete")
+
+    def record_final(
+        self, failure: Failure, stop_at: float | None = None, shrink: str = "complete"
+    ) -> None:
+        """Record the minimal failure of Hypothesis' shrink. One drawn as the neighbour of a known
+        batch-variant case kept that case's structure (rows, extents, companions: the neighbour
+        strategy only moves data, place and dtype), so it is reduced further over its own knobs
+        (``shrink.shrink``) before it is recorded; a crash or a hang is not (each candidate
+        would cost a worker or a timeout)."""
+        from hypothesis import currently_in_test_context
+
+        from .shrink import near_known
+        from .shrink import shrink as reduce
+
+        left = stop_at is None or time.monotonic() < stop_at
+        if left and failure.kind not in RETIRING_KINDS and near_known(self, failure.case):
+            if currently_in_test_context():  # the pytest suite's replay: after its test ends
+                self.deferred_final = (failure, shrink)
+                return
+            reduced, note = reduce(
+                self, failure, stop_at, "a neighbour of a known stock-variant case"
+            )
+            if reduced.case != failure.case:
+                failure, shrink = reduced, f"{shrink}, then {note}"
+        self.finalize(failure, shrink=shrink)
+
+    def record_deferred(self) -> None:
+        """Record the failure ``record_final`` left for after Hypothesis' test, reduced."""
+        if self.deferred_final is not None:
+            (failure, shrink), self.deferred_final = self.deferred_final, None
+            self.record_final(failure, shrink=shrink)
 
     def finalize(
         self,
