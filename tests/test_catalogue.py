@@ -256,10 +256,8 @@ def test_materialized_operands(op):
                 )
             else:
                 np.testing.assert_array_equal(_bits(t), _bits(a))
-        # Value classes.
-        values = [
-            M.to_float64(t) for t, spec in zip(tensors, specs, strict=True) if not spec.tokens
-        ]
+        # Value classes: the needle's (a companion's content may hold -inf, overflow, halves).
+        values = [M.to_float64(t) for t, spec in zip(alone, specs, strict=True) if not spec.tokens]
         if case.values == "exact":
             amplitude = info.exact_amplitude(case)
             for v in values:
@@ -703,6 +701,11 @@ def test_bounded_reference_rejects_a_perturbed_element(op):
         assert compare_to_reference(perfect, value, ref.tolerance, ref.dtype, "x") is None
         if not finite.any():  # an empty output, or the mean of nothing (NaN, NaN allowed)
             assert value.size == 0 or np.isnan(value).all(), repr(case)
+            return
+        if op == "layer_norm" and case.shape[1] == 1:
+            # One element normalises nothing: y = 0 + b, but a kernel computing x * rstd - mean
+            # * rstd with an fma (stock bf16 does: 1.2e-6 for 0) errs by u |x| / sqrt(eps),
+            # which the bound must allow; no 1% slack there (the bound is exercised above).
             return
         flat, flat_tol = value.ravel(), tol.ravel()
         with np.errstate(divide="ignore", invalid="ignore"):

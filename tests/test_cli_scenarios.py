@@ -101,30 +101,37 @@ def test_search_deadline_skips_instead_of_replaying():
     assert result.skipped > 0 and result.finding is None
 
 
-def test_search_shrinks_past_its_deadline_once_it_found_a_failure():
+def test_search_shrinks_past_its_deadline_once_it_found_a_failure(monkeypatch):
     """The deadline stops generation, not a shrink in progress (``shrink_s`` more): a failure
     found just before the deadline still comes out as shrunk as without a deadline; with no
-    shrink time it stays as drawn."""
+    shrink time it stays as drawn. The search's clock jumps past the deadline at the first
+    failing replay (a clock of the test's, not the machine's: the same on a loaded machine)."""
+    from types import SimpleNamespace
+
+    from bi_props.campaigns import scenarios
     from scenario_fake import planted_factory
 
     unbounded = search("alone", planted_factory("off"), ScenarioSpace(), 200).finding
     assert unbounded is not None
 
     def run(shrink_s: float):
-        replay = planted_factory("off")
-        deadline = time.perf_counter() + 4
+        jump = [0.0]
+        judge = scenarios._fails
 
-        def late_after_first_failure(scenario):
-            result = replay(scenario)
-            if replay.perturbed and time.perf_counter() <= deadline:
-                time.sleep(max(0.0, deadline - time.perf_counter()) + 0.01)
-            return result
+        def fails_then_late(prop, scenario, replay):
+            verdict, error = judge(prop, scenario, replay)
+            if not jump[0] and (error is not None or (verdict is not None and not verdict.held)):
+                jump[0] = 1000.0  # the deadline passes at the first failure, not before
+            return verdict, error
 
-        return search("alone", late_after_first_failure, ScenarioSpace(), 200,
+        clock = SimpleNamespace(perf_counter=lambda: time.perf_counter() + jump[0])
+        monkeypatch.setattr(scenarios, "time", clock)
+        monkeypatch.setattr(scenarios, "_fails", fails_then_late)
+        deadline = time.perf_counter() + 500
+        return search("alone", planted_factory("off"), ScenarioSpace(), 200,
                       deadline=deadline, shrink_s=shrink_s)  # fmt: skip
 
-    # the deadline is 4 s away: the wait makes it pass at the first failure, not before
-    shrunk = run(shrink_s=60)
+    shrunk = run(shrink_s=600)
     assert shrunk.finding is not None and shrunk.finding.scenario == unbounded.scenario
     cut = run(shrink_s=0)
     assert cut.finding is not None and cut.skipped > 0
