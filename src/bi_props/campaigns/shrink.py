@@ -4,12 +4,12 @@ hand, a case recorded elsewhere.
 Hypothesis shrinks what its own strategy drew. A case that failed outside a search (a known
 batch-variant case run first, as an explicit example) is handed to Hypothesis' shrinker anyway:
 ``reductions(base)`` is a strategy whose every draw is a simplification of ``base`` (fewer rows,
-smaller extents, companions dropped or shorter, the needle earlier, a simpler dtype, layout,
-value class, no padding), drawn in a fixed order, and whose choice sequence for ``base`` itself is
-known (``choices_of``). That sequence is saved under the search's *secondary* key of an in-memory
-example database (where Hypothesis keeps failing cases it has not minimised yet): the search
-replays it first, sees it fail, and shrinks it like any failure it found itself. Where the replay
-does not reproduce the failure, nothing is lost: the case stays as it was.
+smaller extents, companions dropped, shorter or plain, the needle earlier, a simpler dtype,
+layout, value class, no padding), drawn in a fixed order, and whose choice sequence for ``base``
+itself is known (``choices_of``). That sequence is saved under the search's *secondary* key of an
+in-memory example database (where Hypothesis keeps failing cases it has not minimised yet): the
+search replays it first, sees it fail, and shrinks it like any failure it found itself. Where the
+replay does not reproduce the failure, nothing is lost: the case stays as it was.
 
 Imports Hypothesis but never torch, like the session.
 """
@@ -66,6 +66,8 @@ def _plan(base: Case) -> tuple[list, list[Any]]:
         knobs.append(_int(1, c.rows, c.rows, choices))
         if c.queries:
             knobs.append(_int(1, c.queries, c.queries, choices))
+        if c.content != "plain":
+            knobs.append(_pick(("plain", c.content), c.content, choices))
     if base.batch is not None:
         knobs.append(_int(0, len(companions), base.batch.position, choices))
     knobs.append(_pick(DTYPE_ORDER, base.dtype, choices))
@@ -95,10 +97,12 @@ def reductions(draw: st.DrawFn, base: Case) -> Case:
             keep = next(values) if len(companions) > 1 else True
             rows = next(values)
             queries = min(next(values), rows) if c.queries else 0
+            content = next(values) if c.content != "plain" else "plain"
             if keep:
-                kept.append(replace(c, rows=rows, queries=queries))
+                kept.append(replace(c, rows=rows, queries=queries, content=content))
         if not kept:  # a batch needs a companion: the first, as simple as drawn
-            kept = [replace(companions[0], rows=1, queries=min(companions[0].queries, 1))]
+            first = companions[0]
+            kept = [replace(first, rows=1, queries=min(first.queries, 1), content="plain")]
         position = min(next(values), len(kept))
         batch = Batch(position, tuple(kept))
     dtype = next(values)

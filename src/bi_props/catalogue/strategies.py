@@ -279,8 +279,31 @@ def _batch(
         most_rows = max(1, space.max_batch_tokens // count)
         companions = _replicated(companions, count, most_rows)
     companions = _aim_total(draw, companions, needle_rows, space)
+    companions = _with_contents(draw, companions, space)
     position = draw(integers(0, len(companions)))
     return Batch(position=position, companions=tuple(companions))
+
+
+PLAIN_WEIGHT = 10
+"""A companion is plain about ``PLAIN_WEIGHT`` times in ``PLAIN_WEIGHT`` + 5 (two in three);
+otherwise one of the space's other contents (outliers, ties, -inf, huge, tiny values)."""
+
+
+def _with_contents(draw: st.DrawFn, companions: list, space: Space) -> list:
+    """Each distinct companion's content (``Companion.content``), drawn on its own; copies of
+    a companion (``_replicated``) share its draw. Shrinks to plain."""
+    others = tuple(c for c in space.companion_contents if c != "plain")
+    if not others:
+        return list(companions)
+    pool = ("plain",) * PLAIN_WEIGHT + others
+    drawn: dict[tuple[int, int, int], str] = {}
+    out = []
+    for c in companions:
+        key = (c.seed, c.rows, c.queries)
+        if key not in drawn:
+            drawn[key] = draw(st.sampled_from(pool))
+        out.append(replace(c, content=drawn[key]) if drawn[key] != "plain" else c)
+    return out
 
 
 PADDINGS = ("longest", "switch point", "beyond")

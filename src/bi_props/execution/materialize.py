@@ -20,20 +20,60 @@ _SPECIALS = np.array([np.nan, np.inf, -np.inf, -0.0, 0.0])
 
 
 def values(shape: tuple[int, ...], seed: int, operand: int, case: Case) -> np.ndarray:
-    """float64 values of one operand of one sample, for the case's value class."""
+    """float64 values of one operand of one sample, for the case's value class, then for a
+    companion of another content (``SampleSeed``) that content's (``with_content``)."""
     rng = np.random.default_rng([seed, operand])
+    content = getattr(seed, "content", "plain")
     if case.values == "exact":
         amplitude = OPS[case.op].exact_amplitude(case)
-        return rng.integers(-amplitude, amplitude + 1, size=shape).astype(np.float64)
+        array = rng.integers(-amplitude, amplitude + 1, size=shape).astype(np.float64)
+        return with_content(array, content, rng, case.dtype)
     base = rng.standard_normal(size=shape).astype(np.float32).astype(np.float64)
     if case.values == "wide":
         top = 5 if case.dtype == "float16" else 20
-        return base * np.exp2(rng.integers(-top, top + 1, size=shape))
-    if case.values == "special":
+        base = base * np.exp2(rng.integers(-top, top + 1, size=shape))
+    elif case.values == "special":
         mask = rng.random(size=shape) < 0.1
         picks = _SPECIALS[rng.integers(0, len(_SPECIALS), size=shape)]
-        return np.where(mask, picks, base)
-    return base
+        base = np.where(mask, picks, base)
+    return with_content(base, content, rng, case.dtype)
+
+
+_MANTISSA = {"float32": 23, "bfloat16": 7, "float16": 10, "float64": 52}
+_LARGEST = {"float16": 65504.0, "float64": 1.7976931348623157e308}  # others: float32's
+_TINY_EXP = {"float16": -17}  # subnormal scale: 2^-17 x N(0, 1) in fp16, 2^-130 in the others
+
+
+def with_content(array: np.ndarray, content: str, rng: np.random.Generator, dtype: str):
+    """A companion's values in its content class (``model.case.COMPANION_CONTENTS``); plain
+    values unchanged. Drawn from the sample's own generator, after its plain values: the same
+    seed and content give the same values everywhere."""
+    if content == "plain" or array.size == 0:
+        return array
+    if content == "outlier":  # 10^2 to 10^4 times the plain values
+        return array * 10.0 ** int(rng.integers(2, 5))
+    if content == "huge":
+        largest = _LARGEST.get(dtype, 3.4028234663852886e38)
+        return np.clip(array, -1.0, 1.0) * (largest / 4)
+    if content == "tiny":
+        return array * 2.0 ** _TINY_EXP.get(dtype, -130)
+    if content == "ties":  # small integers and halves, half of them one ulp of the dtype away
+        ties = np.round(array * 2) / 2
+        exponent = np.floor(np.log2(np.where(ties == 0, 1.0, np.abs(ties))))
+        ulp = np.exp2(exponent - _MANTISSA.get(dtype, 23))
+        near = rng.random(size=array.shape) < 0.5
+        return np.where(near & (ties != 0), ties + ulp, ties)
+    if content == "neg_inf":  # one row, or one tile of 16 along the last axis, of -inf
+        out = np.array(array, dtype=np.float64)
+        flat = out.reshape(-1, out.shape[-1]) if out.ndim else out.reshape(1, 1)
+        row = int(rng.integers(0, flat.shape[0]))
+        if rng.random() < 0.5 or flat.shape[1] <= 16:
+            flat[row, :] = -np.inf
+        else:
+            start = 16 * int(rng.integers(0, (flat.shape[1] + 15) // 16))
+            flat[row, start : start + 16] = -np.inf
+        return flat.reshape(out.shape)
+    raise ValueError(f"unknown companion content {content!r}")
 
 
 def _tokens(vocab: int):

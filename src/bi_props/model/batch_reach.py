@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from .case import Case
+from .case import COMPANION_CONTENTS, Case
 
 QUANTITIES = ("total_rows", "sequences", "longest", "padded")
 """Batch-wide quantities, each for the needle alone and for its whole batch. Rows are the
@@ -50,6 +50,8 @@ class BatchReach:
     examples: int = 0
     largest: dict[str, int] = field(default_factory=lambda: dict.fromkeys(QUANTITIES, 0))
     crossed: dict[str, dict[int, int]] = field(default_factory=lambda: {q: {} for q in QUANTITIES})
+    # examples whose batch held a companion of each content (``Companion.content``)
+    contents: dict[str, int] = field(default_factory=dict)
 
     def add(self, case: Case) -> None:
         quantities = batch_quantities(case)
@@ -57,6 +59,9 @@ class BatchReach:
             return
         alone, batch = quantities
         self.examples += 1
+        assert case.batch is not None
+        for content in {c.content for c in case.batch.companions}:
+            self.contents[content] = self.contents.get(content, 0) + 1
         for q in QUANTITIES:
             self.largest[q] = max(self.largest[q], batch[q])
             for t in self.thresholds:
@@ -71,6 +76,7 @@ class BatchReach:
             "crossed": {
                 q: {str(t): self.crossed[q].get(t, 0) for t in self.thresholds} for q in QUANTITIES
             },
+            "contents": {c: self.contents.get(c, 0) for c in COMPANION_CONTENTS},
         }
 
 
@@ -86,9 +92,12 @@ def merge_reach(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 "examples": 0,
                 "largest": dict.fromkeys(QUANTITIES, 0),
                 "crossed": {q: {} for q in QUANTITIES},
+                "contents": dict.fromkeys(COMPANION_CONTENTS, 0),
             }
         into = merged[key]
         into["examples"] += int(entry.get("examples", 0))
+        for content, n in (entry.get("contents") or {}).items():
+            into["contents"][content] = into["contents"].get(content, 0) + int(n)
         for q in QUANTITIES:
             into["largest"][q] = max(
                 into["largest"][q], int((entry.get("largest") or {}).get(q, 0))

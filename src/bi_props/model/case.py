@@ -26,6 +26,14 @@ infinity and subnormal included. A (256, 256) case at seed 0 holds all 65,536 pa
 case at seed p holds pattern p alone (what a sweep's finding shrinks to)."""
 SWEEP_DTYPES = ("bfloat16", "float16")
 PATTERNS = 1 << 16
+COMPANION_CONTENTS = ("plain", "outlier", "ties", "neg_inf", "huge", "tiny")
+"""What a companion's values hold (``Companion.content``), the needle's always plain: ``plain``
+(the needle's value class), ``outlier`` (10^2 to 10^4 times larger: a per-tensor dynamic scale
+taken over the batch moves every row), ``ties`` (small integers, half of them moved by one ulp
+of the dtype: exact ties and 1-ulp near-ties, where a selection's tie rule shows), ``neg_inf``
+(a row or a tile of 16 of -inf: masked logits, an all -inf tile), ``huge`` (a quarter of the
+dtype's largest finite value: overflow in the batch's sums) and ``tiny`` (subnormal scale).
+Shrinking goes to ``plain``."""
 SWITCH_STATES = ("enabled", "disabled")
 MODES = ("eager", "compiled")
 """How the worker calls a case's entry point: ``eager`` (the op's call as written) or
@@ -45,10 +53,36 @@ class Companion:
     seed: int
     rows: int
     queries: int = 0
+    content: str = "plain"
+    """What its values hold (``COMPANION_CONTENTS``; "plain", the default, left out of the
+    repr)."""
 
     def __repr__(self) -> str:
         tail = f", queries={self.queries!r}" if self.queries else ""
+        if self.content != "plain":
+            tail += f", content={self.content!r}"
         return f"Companion(seed={self.seed!r}, rows={self.rows!r}{tail})"
+
+    @property
+    def sample_seed(self) -> int:
+        """Its seed as the worker draws its values from: the seed itself, or for a companion
+        of another content a ``SampleSeed`` carrying it."""
+        return self.seed if self.content == "plain" else SampleSeed(self.seed, self.content)
+
+
+class SampleSeed(int):
+    """A sample's seed with the content its values are drawn in (``COMPANION_CONTENTS``): the
+    (seed, rows) pairs the worker materialises stay pairs, and a plain sample is a plain int."""
+
+    content: str
+
+    def __new__(cls, seed: int, content: str = "plain") -> SampleSeed:
+        made = super().__new__(cls, seed)
+        made.content = content
+        return made
+
+    def __reduce__(self):
+        return (SampleSeed, (int(self), self.content))
 
 
 @dataclass(frozen=True)
@@ -64,7 +98,7 @@ class Batch:
 
     def samples(self, needle_seed: int, needle_rows: int) -> list[tuple[int, int]]:
         """(seed, rows) of every sample in batch order, the needle at ``position``."""
-        order = [(c.seed, c.rows) for c in self.companions]
+        order = [(c.sample_seed, c.rows) for c in self.companions]
         order.insert(self.position, (needle_seed, needle_rows))
         return order
 

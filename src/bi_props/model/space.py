@@ -13,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from .case import DTYPES, LAYOUTS, MODES, PARITY_DTYPES, VALUE_CLASSES
+from .case import COMPANION_CONTENTS, DTYPES, LAYOUTS, MODES, PARITY_DTYPES, VALUE_CLASSES
 from .op_registry import OPS
 from .scenario import ScenarioSpace
 
@@ -126,6 +126,9 @@ class Space:
     boundaries: tuple[int, ...] = (16, 32, 64, 128, 256)
     max_companions: int = 7
     companion_rows: Extent = Extent(1, 600)
+    # What companions' values may hold besides the needle's class ([batch] contents;
+    # COMPANION_CONTENTS): ["plain"] turns companion content off.
+    companion_contents: tuple[str, ...] = COMPANION_CONTENTS
     # Sequence ops (attention, paged decode): a batch may hold up to this many sequences, many
     # of them short, within ``max_batch_tokens`` companion tokens (the cost of one example).
     max_sequences: int = 64
@@ -179,6 +182,7 @@ _SECTIONS: dict[str, dict[str, str]] = {
     "batch": {
         "max_companions": "int",
         "companion_rows": "extent",
+        "contents": "list[str]",
         "max_sequences": "int",
         "max_batch_tokens": "int",
         "thresholds": "list[int]",
@@ -386,6 +390,9 @@ def parse(data: dict[str, Any], source: str, profile: str) -> Space:
             space[name] = _choices(
                 source, f"{section}.choices", fields[section, "choices"], allowed
             )
+    if ("batch", "contents") in fields:  # plain first, always: where shrinking goes
+        drawn = _choices(source, "batch.contents", fields["batch", "contents"], COMPANION_CONTENTS)
+        space["companion_contents"] = ("plain", *(c for c in COMPANION_CONTENTS[1:] if c in drawn))
     if "modes" in space:  # in MODES' order whatever the file's: eager first, where shrinking goes
         space["modes"] = tuple(m for m in MODES if m in space["modes"])
     if ("dtypes", "parity") in fields:

@@ -352,10 +352,12 @@ def _batch_reach(r: dict) -> list[str]:
     out = [
         "## Batches reached (this run)\n",
         "Largest batch-wide quantities per batched cell, and per named threshold how many "
-        "examples crossed it (the needle alone below it, its batch at or above it).\n",
+        "examples crossed it (the needle alone below it, its batch at or above it); then how "
+        "many examples held a companion of each content other than plain.\n",
         "| target | cell | examples | largest total rows / sequences / longest / padded "
-        "| total rows crossed | sequences crossed | longest crossed | padded crossed |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| total rows crossed | sequences crossed | longest crossed | padded crossed "
+        "| companion contents |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for e in entries:
         largest = e["largest"]
@@ -364,10 +366,17 @@ def _batch_reach(r: dict) -> list[str]:
             f"| {e['examples']} | {largest['total_rows']} / {largest['sequences']} / "
             f"{largest['longest']} / {largest['padded']} | "
             f"{_crossed(e['crossed']['total_rows'])} | {_crossed(e['crossed']['sequences'])} | "
-            f"{_crossed(e['crossed']['longest'])} | {_crossed(e['crossed']['padded'])} |"
+            f"{_crossed(e['crossed']['longest'])} | {_crossed(e['crossed']['padded'])} | "
+            f"{_contents(e.get('contents') or {})} |"
         )
     out.append("")
     return out
+
+
+def _contents(contents: dict) -> str:
+    """ "outlier 12, ties 0, ...": a content never reached is listed with 0."""
+    shown = [f"{c} {n}" for c, n in contents.items() if c != "plain"]
+    return ", ".join(shown) or "-"
 
 
 def _sweeps(r: dict) -> list[str]:
