@@ -124,3 +124,13 @@ def test_the_batch_reach_counts_the_contents_of_each_cells_examples():
     cell = {"target": "cpu", "op": "mm", "property": "batch_invariance", "switch": "enabled"}
     [merged] = merge_reach([{**cell, **data}, {**cell, **data}])
     assert merged["contents"]["ties"] == 2 and merged["contents"]["neg_inf"] == 0
+
+
+@pytest.mark.parametrize("content", COMPANION_CONTENTS[1:])
+def test_a_companions_first_rows_hold_the_same_values_whatever_its_length(content):
+    """A batch window may cut a companion: its first rows must be those of the whole batch."""
+    long = _mm(Companion(9, 40, content=content))
+    short = _mm(Companion(9, 7, content=content))
+    _, whole = _needle_and_batch(long)
+    _, cut = _needle_and_batch(short)
+    np.testing.assert_array_equal(cut[2:], whole[2 : 2 + 7])

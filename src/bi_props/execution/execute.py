@@ -192,12 +192,17 @@ def batch_windows(case: Case, logical: list[Any] | None = None) -> list[_Window]
         total = sum(rows for _, rows in samples)
         specs = info.operands(case)
         for size in row_windows(total, most):
-            cut, left = [], size
+            cut, left, pairs, at = [], size, [], 0
             for seed, rows in samples:
                 if left <= 0:
                     break
                 cut.append((seed, min(rows, left)))
+                if _judged(seed):
+                    pairs.append((at, at, min(rows, left)))
+                at += min(rows, left)
                 left -= rows
+            if not pairs:
+                continue
             args = None
             if logical is not None:  # fresh tensors, as the needle alone gets: a kernel that
                 # caches by a tensor's identity or address sees a call of its own
@@ -206,7 +211,7 @@ def batch_windows(case: Case, logical: list[Any] | None = None) -> list[_Window]
                     for spec, t in zip(specs, logical, strict=True)
                 ]
             label = describe("rows", size, total)
-            out.append(_Window(label, case, cut, args, [(0, 0, size)]))
+            out.append(_Window(label, case, cut, args, pairs))
         return out
     companions = case.batch.companions
     owned = _owned_rows(case)
@@ -221,11 +226,19 @@ def batch_windows(case: Case, logical: list[Any] | None = None) -> list[_Window]
         index.insert(where, position)
         pairs, at = [], 0
         for u in index:
-            pairs.append((at, starts[u], owned[u]))
+            if _judged(samples[u][0]):
+                pairs.append((at, starts[u], owned[u]))
             at += owned[u]
         label = describe("samples", keep, len(companions))
         out.append(_Window(label, window, batch_samples(window), None, pairs))
     return out
+
+
+def _judged(seed: int) -> bool:
+    """Whether a sample's rows are compared across windows: plain ones. A companion of another
+    content (``Companion.content``: -inf, huge, outliers) is there to disturb the others; its
+    own rows are mostly NaN and infinities whose payloads vector and scalar code set apart."""
+    return getattr(seed, "content", "plain") == "plain"
 
 
 def _gather(t: Any, axis: int, spans: list[tuple[int, int]]) -> Any:
@@ -431,17 +444,47 @@ def observe_row_permutation(case: Case, target: Target, unpermute: bool = True) 
 
     info = OPS[case.op]
     plan = _permutation(case)
-    _, batch = _invoke(case, operands(case, plan.samples, target.device), plan.lengths)
+    keep = _judged_rows(case, plan.samples)
+    drawn, batch = _invoke(case, operands(case, plan.samples, target.device), plan.lengths)
+    if drawn is not None and keep is not None:
+        batch = _rows_call(drawn, info.output_batch_axes, keep)
     args = _permuted_operands(case, plan, target.device)
     moved = permuted_case(case, plan.order) if plan.whole else case
     result, permuted = _invoke(moved, args, plan.moved_lengths)
     if result is not None and unpermute:
-        outputs = []
+        back = []
         for t, axis in zip(result, info.output_batch_axes, strict=False):
             index = torch.tensor(plan.back, dtype=torch.int64, device=t.device)
-            outputs.append(_tensor_bits(t.index_select(axis, index)))
-        permuted = Call(outputs=tuple(outputs))
+            back.append(t.index_select(axis, index))
+        permuted = _rows_call(tuple(back), info.output_batch_axes, keep)
+    elif result is not None and keep is not None:  # left permuted: the same rows kept
+        permuted = _rows_call(result, info.output_batch_axes, keep)
     return {"calls": {"batch": batch, "permuted": permuted}, "evidence": plan.evidence()}
+
+
+def _judged_rows(case: Case, samples: list[tuple[int, int]]) -> list[int] | None:
+    """The output rows of the batch's plain samples, in batch order (``_judged``); None when
+    every sample is plain (all rows)."""
+    if all(_judged(seed) for seed, _ in samples):
+        return None
+    rows, at = [], 0
+    for (seed, _), owned in zip(samples, _owned_rows(case), strict=True):
+        if _judged(seed):
+            rows.extend(range(at, at + owned))
+        at += owned
+    return rows
+
+
+def _rows_call(outputs: tuple[Any, ...], axes, keep: list[int] | None) -> Call:
+    """A call's outputs, only the rows ``keep`` along each output's batch axis (all: None)."""
+    import torch
+
+    picked = []
+    for t, axis in zip(outputs, axes, strict=False):
+        if keep is not None:
+            t = t.index_select(axis, torch.tensor(keep, dtype=torch.int64, device=t.device))
+        picked.append(_tensor_bits(t))
+    return Call(outputs=tuple(picked))
 
 
 def observe_logprobs(case: Case, target: Target) -> dict[str, Any]:

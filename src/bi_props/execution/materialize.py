@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ..model.case import BIT_PATTERNS, PATTERNS, Case
+from ..model.case import BIT_PATTERNS, COMPANION_CONTENTS, PATTERNS, Case
 from ..model.compare import round_to_bits
 from ..model.op_registry import OPS
 
@@ -27,7 +27,7 @@ def values(shape: tuple[int, ...], seed: int, operand: int, case: Case) -> np.nd
     if case.values == "exact":
         amplitude = OPS[case.op].exact_amplitude(case)
         array = rng.integers(-amplitude, amplitude + 1, size=shape).astype(np.float64)
-        return with_content(array, content, rng, case.dtype)
+        return with_content(array, content, seed, operand, case.dtype)
     base = rng.standard_normal(size=shape).astype(np.float32).astype(np.float64)
     if case.values == "wide":
         top = 5 if case.dtype == "float16" else 20
@@ -36,7 +36,7 @@ def values(shape: tuple[int, ...], seed: int, operand: int, case: Case) -> np.nd
         mask = rng.random(size=shape) < 0.1
         picks = _SPECIALS[rng.integers(0, len(_SPECIALS), size=shape)]
         base = np.where(mask, picks, base)
-    return with_content(base, content, rng, case.dtype)
+    return with_content(base, content, seed, operand, case.dtype)
 
 
 _MANTISSA = {"float32": 23, "bfloat16": 7, "float16": 10, "float64": 52}
@@ -44,13 +44,17 @@ _LARGEST = {"float16": 65504.0, "float64": 1.7976931348623157e308}  # others: fl
 _TINY_EXP = {"float16": -17}  # subnormal scale: 2^-17 x N(0, 1) in fp16, 2^-130 in the others
 
 
-def with_content(array: np.ndarray, content: str, rng: np.random.Generator, dtype: str):
+def with_content(array: np.ndarray, content: str, seed: int, operand: int, dtype: str):
     """A companion's values in its content class (``model.case.COMPANION_CONTENTS``); plain
-    values unchanged. Drawn from the sample's own generator, after its plain values: the same
-    seed and content give the same values everywhere."""
+    values unchanged. Its randomness comes from generators of its own (seed, operand, content)
+    drawn elementwise or per row like the plain values, so that the first rows of a sample hold
+    the same values whatever its length (a batch window that cuts a companion sees its rows as
+    the whole batch does)."""
     if content == "plain" or array.size == 0:
         return array
-    if content == "outlier":  # 10^2 to 10^4 times the plain values
+    index = COMPANION_CONTENTS.index(content)
+    rng = np.random.default_rng([seed, operand, index])
+    if content == "outlier":  # 10^2 to 10^4 times the plain values, one factor a sample
         return array * 10.0 ** int(rng.integers(2, 5))
     if content == "huge":
         largest = _LARGEST.get(dtype, 3.4028234663852886e38)
@@ -63,16 +67,18 @@ def with_content(array: np.ndarray, content: str, rng: np.random.Generator, dtyp
         ulp = np.exp2(exponent - _MANTISSA.get(dtype, 23))
         near = rng.random(size=array.shape) < 0.5
         return np.where(near & (ties != 0), ties + ulp, ties)
-    if content == "neg_inf":  # one row, or one tile of 16 along the last axis, of -inf
+    if content == "neg_inf":  # a quarter of the rows all -inf, a quarter with a tile of 16
         out = np.array(array, dtype=np.float64)
-        flat = out.reshape(-1, out.shape[-1]) if out.ndim else out.reshape(1, 1)
-        row = int(rng.integers(0, flat.shape[0]))
-        if rng.random() < 0.5 or flat.shape[1] <= 16:
-            flat[row, :] = -np.inf
-        else:
-            start = 16 * int(rng.integers(0, (flat.shape[1] + 15) // 16))
-            flat[row, start : start + 16] = -np.inf
-        return flat.reshape(out.shape)
+        rows = out.reshape(-1, 1) if out.ndim <= 1 else out.reshape(-1, out.shape[-1])
+        pick = rng.random(size=rows.shape[0])
+        tiles = np.random.default_rng([seed, operand, index, 1])  # its own: prefix-consistent
+        tile = tiles.integers(0, 1 << 30, size=rows.shape[0]) % max(1, -(-rows.shape[1] // 16))
+        for r in np.flatnonzero(pick < 0.5):
+            if pick[r] < 0.25 or rows.shape[1] <= 16:
+                rows[r, :] = -np.inf
+            else:
+                rows[r, 16 * tile[r] : 16 * tile[r] + 16] = -np.inf
+        return rows.reshape(out.shape)
     raise ValueError(f"unknown companion content {content!r}")
 
 
