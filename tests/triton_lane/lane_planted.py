@@ -50,7 +50,14 @@ def test_m_dependent_block_k_is_caught(m_dependent):
     case = eval(finding["case"], namespace)
     total = case.shape[0] + sum(c.rows for c in case.batch.companions)
     assert case.shape[0] <= 16 < total and case.shape[1] > 16, finding["case"]
-    others = [f for f in m_dependent.report["findings"] if f is not finding]
+    # nothing else: findings of this cell in other failure classes (another dtype, a known
+    # stock-variant case's class) are the same bug met there
+    cell = ("mm", "batch_invariance", "enabled", "mismatch")
+    others = [
+        f
+        for f in m_dependent.report["findings"]
+        if (f["op"], f["property"], f["switch"], f["kind"]) != cell
+    ]
     assert not others, others
 
 
