@@ -690,7 +690,8 @@ class Session:
         """Record the failure ``record_final`` left for after Hypothesis' test, reduced."""
         if self.deferred_final is not None:
             (failure, shrink), self.deferred_final = self.deferred_final, None
-            self.record_final(failure, shrink=shrink)
+            if not self.recorded(failure):  # its test's final replay recorded it already
+                self.record_final(failure, shrink=shrink)
 
     def finalize(
         self,
