@@ -85,6 +85,12 @@ def _rotary_shapes(case: Case, rows: int) -> tuple[tuple[int, ...], ...]:
 
 
 def _rotary_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[int]) -> Any:
+    head_size, rot_dim = case.shape[3], case.shape[4]
+    if rot_dim > head_size or rot_dim % 2:  # the strategy never draws it; a shrink may reduce
+        # one extent alone: refused here, alone and in a batch alike, so it fails like nothing
+        raise ValueError(
+            f"rotary_embedding: rot_dim {rot_dim} must be even and at most head_size {head_size}"
+        )
     function = _entry_function(entry)  # looked up now: swaps show
     positions, query, key, cache = args
     return tuple(function(positions, query, key, case.shape[3], cache, case.opt("is_neox", True)))
