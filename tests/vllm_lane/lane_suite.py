@@ -101,3 +101,19 @@ def finding_of(run: SuiteRun, op: str, prop: str, switch: str) -> dict[str, Any]
 def table_cell(text: str, limit: int = 200) -> str:
     """Text fit for one markdown table cell."""
     return " ".join(text.split()).replace("|", "\\|")[:limit]
+
+
+def fuzz_vllm(
+    out: Path, space: Path, budget_s: int, examples_per_cell: int, timeout_s: float
+) -> tuple[int, str, dict]:
+    """``bi-props fuzz --target vllm`` over ``space`` (seed 1, bounded by evidence, the budget
+    as its cap) into ``out``: (exit status, its log, report.json)."""
+    command = [sys.executable, "-m", "bi_props.cli", "fuzz", "--target", "vllm",
+               "--strategies", str(space), "--budget", str(budget_s), "--seed", "1",
+               "--examples-per-cell", str(examples_per_cell),
+               "--out", str(out / "out")]  # fmt: skip
+    log = out / "log.txt"
+    with log.open("w") as sink:
+        done = subprocess.run(command, stdout=sink, stderr=subprocess.STDOUT, timeout=timeout_s)
+    report = json.loads((out / "out" / "report.json").read_text())
+    return done.returncode, log.read_text(), report

@@ -13,12 +13,10 @@ Run by scripts/ci_vllm_lane.sh with the lane's interpreter; it needs vLLM and fa
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from lane_suite import fuzz_vllm
 
 SPACE = Path(__file__).with_name("answers.toml")
 # The cap: with --examples-per-cell the run would end on evidence, but on this target the cells
@@ -32,15 +30,7 @@ EXAMPLES_PER_CELL = 2
 @pytest.fixture(scope="module")
 def campaign(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, dict]:
     out = tmp_path_factory.mktemp("answers")
-    command = [sys.executable, "-m", "bi_props.cli", "fuzz", "--target", "vllm",
-               "--strategies", str(SPACE), "--budget", str(BUDGET_S), "--seed", "1",
-               "--examples-per-cell", str(EXAMPLES_PER_CELL),
-               "--out", str(out / "out")]  # fmt: skip
-    log = out / "log.txt"
-    with log.open("w") as sink:
-        done = subprocess.run(command, stdout=sink, stderr=subprocess.STDOUT, timeout=BUDGET_S * 3)
-    report = json.loads((out / "out" / "report.json").read_text())
-    return done.returncode, log.read_text(), report
+    return fuzz_vllm(out, SPACE, BUDGET_S, EXAMPLES_PER_CELL, BUDGET_S * 3)
 
 
 def test_every_cell_ran_at_least_once(campaign) -> None:

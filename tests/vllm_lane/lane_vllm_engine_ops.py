@@ -21,14 +21,12 @@ loaded machine runs the same examples, more slowly. With
 
 from __future__ import annotations
 
-import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from lane_suite import fuzz_vllm
 
 from bi_props.model.case import parse_case
 
@@ -110,15 +108,7 @@ def explained(finding: dict) -> str | None:
 @pytest.fixture(scope="module")
 def campaign(tmp_path_factory: pytest.TempPathFactory) -> tuple[int, str, dict]:
     out = tmp_path_factory.mktemp("engine-ops")
-    command = [sys.executable, "-m", "bi_props.cli", "fuzz", "--target", "vllm",
-               "--strategies", str(SPACE), "--budget", str(BUDGET_S), "--seed", "1",
-               "--examples-per-cell", str(EXAMPLES_PER_CELL),
-               "--out", str(out / "out")]  # fmt: skip
-    log = out / "log.txt"
-    with log.open("w") as sink:
-        done = subprocess.run(command, stdout=sink, stderr=subprocess.STDOUT, timeout=BUDGET_S * 4)
-    report = json.loads((out / "out" / "report.json").read_text())
-    return done.returncode, log.read_text(), report
+    return fuzz_vllm(out, SPACE, BUDGET_S, EXAMPLES_PER_CELL, BUDGET_S * 4)
 
 
 def test_every_cell_of_every_engine_op_ran(campaign) -> None:
