@@ -93,6 +93,7 @@ class CampaignSession(Session):
         if self.ledger is None:
             super().record(finding)
             return
+        self.flush_examples()  # the coverage that led to a finding is on disk before it is
         if self.ledger.record(finding):
             self.findings.append(finding)
         self.write_report()
