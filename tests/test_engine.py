@@ -31,6 +31,7 @@ from bi_props.integrations.engine import (
 )
 from bi_props.model import properties
 from bi_props.model.case import Batch, Case, Companion
+from bi_props.model.property_spec import controls_of
 from bi_props.model.space import DEFAULT_OPS, PROFILES, load_profile, parse
 from bi_props.targets import BUILTIN, TargetBroken, TargetMissing, resolve
 from bi_props.targets import vllm_engine as E
@@ -237,7 +238,7 @@ def test_engine_op_is_data():
     info = OPS["engine"]
     assert info.entries == (ENTRY,)
     assert info.properties == ("logprobs", "determinism")
-    assert info.controls == ("logprobs",)
+    assert controls_of(info) == ("logprobs",)
     assert cells(["engine"]) == [
         ("engine", "logprobs", "enabled"),
         ("engine", "determinism", "enabled"),

@@ -30,7 +30,7 @@ _EXPORTS = {
     "PropertySpec": "bi_props.model.property_spec",
     "register_property": "bi_props.model.property_spec",
     "registered_properties": "bi_props.model.property_spec",
-    "Verdict": "bi_props.model.properties",
+    "Verdict": "bi_props.model.verdict",
     "same_outputs": "bi_props.model.properties",
     "Call": "bi_props.model.observation",
     "Observation": "bi_props.model.observation",

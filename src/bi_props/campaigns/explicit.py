@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from ..model.case import DTYPES, PARITY_DTYPES, Batch, Case, parse_case
 from ..model.op_registry import OPS
+from ..model.property_spec import controls_of
 
 if TYPE_CHECKING:
     from .session import Session
@@ -168,7 +169,7 @@ def has_explicit(op: str, prop: str, switch: str) -> bool:
     """Whether a cell can have explicit cases: an enabled batch-comparing cell of an op whose
     stock kernel can vary (it has a negative control), or a parity or reference cell."""
     if prop in VARIANT_PROPERTIES:
-        return switch == "enabled" and bool(OPS[op].controls)
+        return switch == "enabled" and bool(controls_of(OPS[op]))
     return prop in ("parity", "reference")
 
 

@@ -11,6 +11,7 @@ from collections.abc import MutableMapping, Sequence
 
 from .case import Case
 from .opspec import OpSpec
+from .property_spec import PROPERTIES, controls_of, properties_of
 from .registry import Registry, _Lazy
 
 
@@ -70,8 +71,6 @@ def _op_module(spec: OpSpec) -> str:
 
 
 def _check_op(spec: OpSpec) -> list[str]:
-    from .property_spec import PROPERTIES
-
     problems = []
     if not isinstance(spec.name, str) or not spec.name.strip() or "|" in spec.name:
         problems.append(f"name {spec.name!r} must be a non-empty string without '|'")
@@ -171,8 +170,6 @@ def cells(ops: Sequence[str], exclude: Sequence[str] = ()) -> list[tuple[str, st
     (``exclude``: its ``[properties] exclude``). A property judging both states (parity) is one
     cell, "both"; the disabled state of a control property is a negative control (see
     ``controls``), not a cell."""
-    from .property_spec import PROPERTIES, properties_of
-
     result = []
     for op in ops:
         for prop in properties_of(OPS[op]):
@@ -189,4 +186,4 @@ def cells(ops: Sequence[str], exclude: Sequence[str] = ()) -> list[tuple[str, st
 def controls(ops: Sequence[str], exclude: Sequence[str] = ()) -> list[tuple[str, str]]:
     """Every (op, property) negative control: the property searched with the switch off (but
     the properties in ``exclude``: a space's ``[properties] exclude``)."""
-    return [(op, prop) for op in ops for prop in OPS[op].controls if prop not in exclude]
+    return [(op, prop) for op in ops for prop in controls_of(OPS[op]) if prop not in exclude]

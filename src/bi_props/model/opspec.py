@@ -239,16 +239,6 @@ class OpSpec:
             for i, r in enumerate(refs)
         )
 
-    @property
-    def controls(self) -> tuple[str, ...]:
-        """The properties whose disabled state is a negative control for this op (none where
-        stock kernels cannot be batch-variant: see ``negative_control``)."""
-        from .property_spec import PROPERTIES, properties_of
-
-        if not self.negative_control:
-            return ()
-        return tuple(p for p in properties_of(self) if PROPERTIES[p].control)
-
 
 def out_dtype(case: Case) -> str:
     return case.opt("dtype") or case.dtype

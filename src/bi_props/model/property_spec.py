@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     from .case import Case
     from .observation import Observation
     from .opspec import OpSpec
-    from .properties import Verdict
     from .target import Target
+    from .verdict import Verdict
 
 SWITCH_STATES = ("enabled", "disabled")
 BOTH = ("both",)
@@ -185,6 +185,14 @@ def properties_of(op: OpSpec) -> tuple[str, ...]:
     return own + tuple(p for p in extra if PROPERTIES[p].applies_to(op))
 
 
+def controls_of(op: OpSpec) -> tuple[str, ...]:
+    """The properties whose disabled state is a negative control for ``op`` (none where stock
+    kernels cannot be batch-variant: ``OpSpec.negative_control``)."""
+    if not op.negative_control:
+        return ()
+    return tuple(p for p in properties_of(op) if PROPERTIES[p].control)
+
+
 def unknown_ops(spec: PropertySpec, known: Any) -> list[str]:
     """The op names a spec's ``ops`` tuple gives that ``known`` lacks (a typo applies to none)."""
     if not isinstance(spec.ops, tuple):
@@ -196,6 +204,7 @@ __all__ = [
     "BOTH",
     "PROPERTIES",
     "PropertySpec",
+    "controls_of",
     "get",
     "properties_of",
     "register_property",
