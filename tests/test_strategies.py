@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pickle
 import random
+from dataclasses import replace
 
 import pytest
 from hypothesis import HealthCheck, Phase, find, given, settings
@@ -36,11 +37,14 @@ NARROW = parse(
         "batch": {"max_companions": 3, "companion_rows": {"min": 2, "max": 30}},
         "attention": {"length": {"min": 2, "max": 20}, "head_dims": [8, 16]},
         "op": {"mm": {"dim": {"min": 5, "max": 9}}},
+        "scale": {"every": 0},  # deployment-size draws leave the small limits on purpose
     },
     "narrow.toml",
     "narrow",
 )
 CPU = load_profile("cpu")
+SMALL_CPU = replace(CPU, scale_every=0)
+"""The cpu profile's small draws alone (tests/test_deployment_scale.py checks the others)."""
 
 FAST = settings(
     max_examples=12, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
@@ -202,7 +206,7 @@ def test_cases_respect_the_cpu_profile(op):
     @settings(max_examples=20, deadline=None, database=None)
     @given(st.sampled_from(OPS[op].properties), st.data())
     def run(prop, data):
-        check_case(data.draw(cases(CPU, op, prop)), CPU, op, prop)
+        check_case(data.draw(cases(SMALL_CPU, op, prop)), SMALL_CPU, op, prop)
 
     run()
 

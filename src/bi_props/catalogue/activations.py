@@ -196,6 +196,7 @@ OPS: tuple[OpSpec, ...] = (
         bound="relative u_acc (|x| + 4) (exp, one add, one division); the flush to -0.0"
         " where exp(-x) overflows",
         draw_shape=draw_rows_by_dim,
+        scale="tokens",
         repro_call=_fixed_repro("F.silu(args[0])"),
         # Stock CPU silu: the needle alone (15 elements) is all vector tail, a scalar formula;
         # inside a batch of 256 rows its elements are in full vectors (x86 ATen, 2026-12-04).
@@ -216,6 +217,7 @@ OPS: tuple[OpSpec, ...] = (
         exact_amplitude=_never_exact,
         bound=GATED_BOUND,
         draw_shape=draw_gated,
+        scale="tokens",
         repro_call=_silu_and_mul_repro,
         # A transposed input: the batch moves the needle's elements between the vector body and
         # the scalar tail of silu (x86 ATen). Where the tail falls depends on the vector width,
@@ -243,6 +245,7 @@ OPS: tuple[OpSpec, ...] = (
         option_choices={"approximate": GELU_APPROXIMATIONS},
         bound=GATED_BOUND,
         draw_shape=draw_gelu_and_mul,
+        scale="tokens",
         repro_call=_gelu_and_mul_repro,
         # As silu_and_mul's, tanh-approximated gelu (x86 ATen, 2026-12-04).
         control_examples=(

@@ -409,19 +409,50 @@ def _short_or_long(draw: Any, ctx: Any, long: Any) -> Any:
     return long
 
 
+def _heads(draw: Any, ctx: Any) -> tuple[int, int, int]:
+    """(heads, kv_heads, head_dim): GQA groups of 1, 2 or 4; a deployment-size example keeps one
+    KV head and the smallest head size (its cost is its length)."""
+    if ctx.scaled:
+        return draw(ctx.choice((1, 2))), 1, min(ctx.space.head_dims)
+    kv_heads = draw(ctx.choice((1, 2)))
+    heads = kv_heads * draw(ctx.choice((1, 2, 4)))
+    return heads, kv_heads, draw(ctx.choice(tuple(ctx.space.head_dims)))
+
+
+def long_needle(ctx: Any) -> Any:
+    """A deployment-size needle's length: a named size or any, at most what leaves three
+    quarters of the example's budget to a longer companion (scores cost length squared)."""
+    top = max(1, math.isqrt(ctx.space.max_elements // 8))
+    return ctx.sizes(1, min(top, ctx.space.attention_length.max))
+
+
 def draw_attention(draw: Any, ctx: Any) -> Shape:
     space = ctx.space
     length = ctx.extents(space.attention_length)
-    if ctx.prop == "batch_invariance":
+    if ctx.scaled:
+        length = long_needle(ctx)
+    elif ctx.prop == "batch_invariance":
         length = _short_or_long(draw, ctx, length)
-    kv_heads = draw(ctx.choice(tuple([1, 2])))
-    heads = kv_heads * draw(ctx.choice(tuple([1, 2, 4])))
-    head_dim = draw(ctx.choice(tuple(space.head_dims)))
+    heads, kv_heads, head_dim = _heads(draw, ctx)
     return (draw(length), heads, kv_heads, head_dim), {}
 
 
 def attention_companions(ctx: Any) -> Any:
+    if ctx.scaled:  # up to the scale's context; cut to the budget with the batch drawn
+        return ctx.sizes(1, ctx.space.attention_length.max)
     return ctx.extents(ctx.space.attention_length)
+
+
+def attention_cost(case: Case, rows: int) -> int:
+    """A sequence of ``rows`` tokens: its causal scores, rows x rows per head (the bound of a
+    deployment-size example, ``OpSpec.cost``)."""
+    return rows * rows * int(case.shape[-3])
+
+
+def paged_cost(case: Case, rows: int) -> int:
+    """A paged sequence of ``rows`` KV tokens: its keys and values, and one score row per head."""
+    heads, kv_heads, head_dim = (int(x) for x in case.shape[1:4])
+    return rows * (2 * kv_heads * head_dim + heads)
 
 
 # -- mixed batches: prefills, prefill chunks over a cached prefix, decode tokens -------------
@@ -547,7 +578,9 @@ def draw_mixed_attention(draw: Any, ctx: Any) -> Shape:
     < keys, after a cached prefix of keys - queries tokens, tile-edge biased)."""
     space = ctx.space
     keys = ctx.extents(space.attention_length)
-    if ctx.prop == "batch_invariance":
+    if ctx.scaled:
+        keys = long_needle(ctx)
+    elif ctx.prop == "batch_invariance":
         keys = _short_or_long(draw, ctx, keys)
     lk = draw(keys)
     kind = draw(ctx.choice(MIXED_KINDS))
@@ -557,9 +590,7 @@ def draw_mixed_attention(draw: Any, ctx: Any) -> Shape:
     elif kind == "chunk" and lk >= 2:  # the cached prefix drawn (shrinks toward 1 token)
         prefix = draw(ctx.extents(ctx.clip(space.attention_length, low=1, high=lk - 1)))
         lq = lk - min(max(prefix, 1), lk - 1)
-    kv_heads = draw(ctx.choice((1, 2)))
-    heads = kv_heads * draw(ctx.choice((1, 2, 4)))
-    head_dim = draw(ctx.choice(tuple(space.head_dims)))
+    heads, kv_heads, head_dim = _heads(draw, ctx)
     return (lk, lq, heads, kv_heads, head_dim), {}
 
 
@@ -572,14 +603,11 @@ def mixed_companion_queries(ctx: Any) -> Any:
     return st.one_of(st.just(0), st.just(1), chunk)
 
 
-PAGED_MAX_CONTEXT = 512
-"""A sequence's context (the needle's and each companion's) is at most this many KV tokens."""
-
-
 def draw_paged_decode_attention(draw: Any, ctx: Any) -> Shape:
     """(context, heads, kv_heads, head_dim, block_size), option placement.
 
-    The needle's context comes from the space's rows (tile-edge biased, at most 512) for every
+    The needle's context comes from the space's rows (tile-edge biased, at most the space's
+    ``paged_context``; a deployment-size example: a named size up to the scale's context) for every
     property, batch invariance included: a decode kernel that splits the keys only does so past
     some length, so the needle must be able to be long. GQA: heads = kv_heads * (1, 2 or 4);
     head_dim from the space's attention head sizes; block_size 1..16, tile-edge biased (1, 15,
@@ -587,18 +615,23 @@ def draw_paged_decode_attention(draw: Any, ctx: Any) -> Shape:
     permutes the pool."""
     from hypothesis import strategies as st
 
-    context = draw(ctx.extents(ctx.clip(ctx.space.rows, low=1, high=PAGED_MAX_CONTEXT)))
-    kv_heads = draw(ctx.choice((1, 2)))
-    heads = kv_heads * draw(ctx.choice((1, 2, 4)))
-    head_dim = draw(ctx.choice(tuple(ctx.space.head_dims)))
+    context_limit = ctx.space.paged_context
+    context = ctx.extents(ctx.clip(ctx.space.rows, low=1, high=context_limit))
+    if ctx.scaled:
+        context = ctx.sizes(1, context_limit)
+    context = draw(context)
+    heads, kv_heads, head_dim = _heads(draw, ctx)
     block_size = draw(ctx.extents(ctx.clip(ctx.space.rows, low=1, high=16), (1, 8, 16)))
     placement = draw(st.one_of(st.just(0), st.integers(1, 2**31 - 1)))
     return (context, heads, kv_heads, head_dim, block_size), {"placement": placement}
 
 
 def paged_decode_companions(ctx: Any) -> Any:
-    """The other sequences' contexts: the space's companion rows, at most 512 tokens each."""
-    return ctx.extents(ctx.clip(ctx.space.companion_rows, low=1, high=PAGED_MAX_CONTEXT))
+    """The other sequences' contexts: the space's companion rows, at most its
+    ``paged_context`` tokens each (a deployment-size example: named sizes up to the scale's)."""
+    if ctx.scaled:
+        return ctx.sizes(1, ctx.space.paged_context)
+    return ctx.extents(ctx.clip(ctx.space.companion_rows, low=1, high=ctx.space.paged_context))
 
 
 OPS: tuple[OpSpec, ...] = (
@@ -615,6 +648,8 @@ OPS: tuple[OpSpec, ...] = (
         draw_shape=draw_attention,
         companion_rows=attention_companions,
         sequences=True,
+        scale="context",
+        cost=attention_cost,
         # A sequence of 8 tokens alone vs packed beside one of 255: stock CPU attention's
         # results differ (x86 ATen, 2026-12-04: 13 of 256 values, for every seed tried).
         control_examples=(ControlExample((8, 4, 2, 64), (255,)),),
@@ -641,6 +676,8 @@ OPS: tuple[OpSpec, ...] = (
         draw_shape=draw_paged_decode_attention,
         companion_rows=paged_decode_companions,
         sequences=True,
+        scale="context",
+        cost=paged_cost,
         # A context of 5 decoded alone vs beside one of 8 (x86 ATen, 2026-12-04: 7-13 of 16).
         control_examples=(ControlExample((5, 2, 1, 8, 1), (8,), {"placement": 0}),),
         repro_call=_paged_repro,
@@ -669,6 +706,8 @@ OPS: tuple[OpSpec, ...] = (
         draw_shape=draw_mixed_attention,
         companion_rows=attention_companions,
         sequences=True,
+        scale="context",
+        cost=attention_cost,
         # A decode token over 8 keys alone vs beside a 255-token prefill (x86 ATen: see
         # tests/test_mixed_attention.py::test_stock_control_example_is_batch_variant).
         control_examples=(ControlExample((8, 1, 4, 2, 64), (255,)),),

@@ -421,25 +421,33 @@ def draw_rotary_embedding(draw: Any, ctx: Any) -> Shape:
 
     head_size is even, from the space's extent halved (tile-edge biased: 2 * (16 +- 1) ...),
     at most 256; rot_dim is the whole head, or (partial rotary) an even part of it; the cache
-    has 1..4096 positions (tile-edge biased)."""
+    has 1..4096 positions (tile-edge biased); a deployment-size example's 4097 up to the space's
+    ``max_position`` (a named size or any), with heads of at most 64."""
     from hypothesis import strategies as st
 
     options = {"is_neox": draw(ctx.option("is_neox"))}
     tokens = draw(ctx.rows)
     kv_heads = draw(ctx.choice((1, 2)))
     heads = kv_heads * draw(ctx.choice((1, 2, 4)))
-    half = draw(ctx.extents(ctx.clip(ctx.dim_extent, low=1, high=128)))
+    half = draw(ctx.extents(ctx.clip(ctx.dim_extent, low=1, high=32 if ctx.scaled else 128)))
     head_size = 2 * half
     rot_dim = head_size
     if draw(st.booleans()):  # partial rotary (shrinks toward the full head)
         rot_dim = 2 * draw(ctx.integers(1, half))
-    max_position = draw(ctx.extents(ctx.clip(ctx.space.rows, low=1, high=4096)))
+    positions = ctx.extents(ctx.clip(ctx.space.rows, low=1, high=4096))
+    if ctx.scaled:  # past a model's original context: rope scaling engages there
+        positions = ctx.sizes(4097, ctx.space.max_position)
+    max_position = draw(positions)
     return (tokens, heads, kv_heads, head_size, rot_dim, max_position), options
 
 
 def draw_logits(draw: Any, ctx: Any) -> Shape:
-    """(m, vocab): greedy_argmax (and top_k's rows); vocab >= 1, from the space's extent."""
-    return (draw(ctx.rows), draw(ctx.extents(ctx.clip(ctx.dim_extent, low=1)))), {}
+    """(m, vocab): greedy_argmax (and top_k's rows); vocab >= 1, from the space's extent (a
+    deployment-size example: a vocabulary size or any up to the largest)."""
+    vocab = ctx.extents(ctx.clip(ctx.dim_extent, low=1))
+    if ctx.scaled:
+        vocab = ctx.sizes(ctx.dim_extent.max + 1, max(ctx.space.vocab_sizes))
+    return (draw(ctx.rows), draw(vocab)), {}
 
 
 def draw_top_k(draw: Any, ctx: Any) -> Shape:
@@ -477,6 +485,7 @@ OPS: tuple[OpSpec, ...] = (
         bound="bitwise: a gather (no arithmetic)",
         negative_control=False,  # a stock gather is batch-invariant too: a control is blind
         draw_shape=draw_embedding,
+        scale="tokens",
         repro_call=_fixed_repro("F.embedding(args[0], args[1])"),
         aten_names=("aten::embedding",),
     ),
@@ -496,6 +505,7 @@ OPS: tuple[OpSpec, ...] = (
         option_choices={"is_neox": (True, False)},
         bound=ROTARY_BOUND,
         draw_shape=draw_rotary_embedding,
+        scale="positions",
         repro_call=_rotary_repro,
     ),
     OpSpec(
@@ -511,6 +521,7 @@ OPS: tuple[OpSpec, ...] = (
         bound="exact (a selection: the index itself, ties to the lowest index)",
         negative_control=False,  # comparisons only, no rounding: stock cannot drift with M
         draw_shape=draw_logits,
+        scale="vocab",
         repro_call=_argmax_repro,
         aten_names=("aten::argmax",),
     ),
@@ -530,6 +541,7 @@ OPS: tuple[OpSpec, ...] = (
         " the lowest index",
         negative_control=False,  # a selection of inputs: no rounding a batch could reorder
         draw_shape=draw_top_k,
+        scale="vocab",
         repro_call=_top_k_repro,
         aten_names=("aten::topk",),
     ),
@@ -550,6 +562,9 @@ OPS: tuple[OpSpec, ...] = (
         option_choices={"renormalize": (True, False)},
         bound=FUSED_MOE_BOUND,
         draw_shape=draw_fused_moe,
+        scale="tokens",
+        # a token's routed activations: topk experts x the intermediate size, gate and up
+        cost=lambda case, rows: rows * int(case.shape[4]) * (2 * int(case.shape[2]) + 1),
         repro_call=_fused_moe_repro,
         # One token alone vs among 256: the expert GEMMs' M crosses the CPU kernel's tiles
         # (x86 ATen, 2026-12-04: 57-62 of 64 values).

@@ -366,6 +366,7 @@ OPS: tuple[OpSpec, ...] = (
         exact_amplitude=_never_exact,
         bound=RMS_NORM_BOUND,
         draw_shape=draw_rms_norm,
+        scale="tokens",
         repro_call=_rms_norm_repro,
         # A transposed input: its mean of squares over a strided row is vectorised across the
         # batch's rows, a scalar chain for the needle alone (x86 ATen, 2026-12-04).
@@ -387,6 +388,7 @@ OPS: tuple[OpSpec, ...] = (
         inexact_outputs=(0,),
         bound=RMS_NORM_BOUND + "; the residual x + residual: one rounding",
         draw_shape=draw_add_rms_norm,
+        scale="tokens",
         repro_call=_add_rms_norm_repro,
         # As rms_norm's: x transposed makes x + residual strided (x86 ATen, 2026-12-04).
         control_examples=(
@@ -411,6 +413,7 @@ OPS: tuple[OpSpec, ...] = (
         notes="in place: the call runs on copies of x and residual (same strides) and returns"
         " them mutated",
         draw_shape=draw_fused_add_rms_norm,
+        scale="tokens",
         repro_call=_fused_add_rms_norm_repro,
         # The residual transposed: its mean of squares is reduced across the batch's rows, a
         # scalar chain for the needle alone; the rounding shows in y for some data only (3 of 8
@@ -439,6 +442,7 @@ OPS: tuple[OpSpec, ...] = (
         option_choices={"affine": (True, False), "eps": (1e-5, 1e-6)},
         bound=LAYER_NORM_BOUND,
         draw_shape=draw_layer_norm,
+        scale="tokens",
         repro_call=_layer_norm_repro,
         aten_names=("aten::layer_norm", "aten::native_layer_norm"),
         padded=_rows_padded,

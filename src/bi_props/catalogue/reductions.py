@@ -297,8 +297,18 @@ def draw_softmax(draw: Any, ctx: Any) -> Shape:
     """softmax and log_softmax: rank 2-3, any dim but the rows' for batch invariance and row
     permutation."""
     options: dict[str, Any] = {}
-    rank = draw(ctx.integers(2, 3))
-    shape = (draw(ctx.rows), *(draw(ctx.small if rank == 3 else ctx.dim) for _ in range(rank - 1)))
+    if ctx.scaled:  # logits over a vocabulary: rank 2, the last dim a deployment size
+        rank = 2
+        shape = (
+            draw(ctx.rows),
+            draw(ctx.sizes(ctx.dim_extent.max + 1, max(ctx.space.vocab_sizes))),
+        )
+    else:
+        rank = draw(ctx.integers(2, 3))
+        shape = (
+            draw(ctx.rows),
+            *(draw(ctx.small if rank == 3 else ctx.dim) for _ in range(rank - 1)),
+        )
     dims = [*range(1, rank), -1]
     if not ctx.row_wise:
         dims.append(0)
@@ -326,6 +336,7 @@ OPS: tuple[OpSpec, ...] = (
         batchable=_reduction_batchable,
         bound=SUM_BOUND,
         draw_shape=draw_reduction,
+        scale="tokens",
         repro_call=_reduce_repro,
         control_examples=(STRIDED_ROW_CONTROL,),
         aten_names=("aten::sum",),
@@ -342,6 +353,7 @@ OPS: tuple[OpSpec, ...] = (
         batchable=_reduction_batchable,
         bound=SUM_BOUND,
         draw_shape=draw_reduction,
+        scale="tokens",
         repro_call=_reduce_repro,
         control_examples=(STRIDED_ROW_CONTROL,),
         aten_names=("aten::mean",),
@@ -358,6 +370,7 @@ OPS: tuple[OpSpec, ...] = (
         batchable=_softmax_batchable,
         bound=SOFTMAX_BOUND,
         draw_shape=draw_softmax,
+        scale="vocab",
         repro_call=_softmax_repro,
         # Stock CPU softmax off the last dimension: its vectorised inner loop over a batch of 16
         # is not the one over the needle alone (x86 ATen, 2026-12-02: 98-107 of 1,152 values).
@@ -376,6 +389,7 @@ OPS: tuple[OpSpec, ...] = (
         batchable=_softmax_batchable,
         bound=SOFTMAX_BOUND,
         draw_shape=draw_softmax,
+        scale="vocab",
         repro_call=_softmax_repro,
         aten_names=("aten::_log_softmax", "aten::log_softmax"),
     ),

@@ -21,6 +21,7 @@ from ..model.opspec import OpSpec, out_dtype
 from ..model.property_spec import get as get_property
 from ..model.space import Extent, Space
 from .models import ENGINE_MAX_COMPANIONS, ENGINE_MAX_TOKENS
+from .scale import deployment_space, largest_rows, scale_flag, sizes, within_budget
 
 
 def __getattr__(name: str) -> Any:
@@ -104,7 +105,9 @@ class ShapeContext:
     the same clipped to 64 (inner dims of rank-3 inputs); ``dim_extent``: the extent itself.
     ``choice``, ``integers``, ``extents`` (tile-edge biased, shrinks toward min), ``clip`` and
     ``booleans`` build strategies; ``option(name)`` samples the spec's ``option_choices[name]``.
-    Strategies are cached: building one costs nothing and draws nothing."""
+    ``scaled``: this example is drawn at deployment size along the op's axis (``OpSpec.scale``;
+    the space's limits are raised already), ``sizes(low, high)`` draws a named deployment size
+    there. Strategies are cached: building one costs nothing and draws nothing."""
 
     space: Space
     spec: OpSpec
@@ -113,6 +116,11 @@ class ShapeContext:
     dim: st.SearchStrategy[int]
     small: st.SearchStrategy[int]
     dim_extent: Extent
+    scaled: bool = False
+
+    def sizes(self, low: int, high: int) -> st.SearchStrategy[int]:
+        """A size in [low, high], half of the time a named deployment size or one off it."""
+        return sizes(self.space, low, high)
 
     @property
     def row_wise(self) -> bool:
@@ -166,7 +174,7 @@ def value_space(space: Space) -> Space:
     )
 
 
-def shape_context(space: Space, op: OpSpec, prop: str) -> ShapeContext:
+def shape_context(space: Space, op: OpSpec, prop: str, scaled: bool = False) -> ShapeContext:
     if get_property(prop).batched:
         space = value_space(space)
     dim = space.dim_for(op.name)
@@ -176,14 +184,16 @@ def shape_context(space: Space, op: OpSpec, prop: str) -> ShapeContext:
         # A needle is a few rows; the batch's companions supply the large M.
         rows = integers(space.rows.min, min(space.rows.max, max(space.rows.min, 4)))
     small = extents(_clip(dim, high=64), b)
-    return ShapeContext(space, op, prop, rows, extents(dim, b), small, dim)
+    return ShapeContext(space, op, prop, rows, extents(dim, b), small, dim, scaled)
 
 
-def _op_shape_and_options(draw: st.DrawFn, space: Space, op: OpSpec, prop: str) -> tuple:
+def _op_shape_and_options(
+    draw: st.DrawFn, space: Space, op: OpSpec, prop: str, scaled: bool = False
+) -> tuple:
     """Draw ``(shape, options)`` for one op: its spec's ``draw_shape``."""
     if op.draw_shape is None:
         raise ValueError(f"op {op.name!r} has no draw_shape: its spec cannot be explored")
-    shape, options = op.draw_shape(draw, shape_context(space, op, prop))
+    shape, options = op.draw_shape(draw, shape_context(space, op, prop, scaled))
     return tuple(shape), dict(options)
 
 
@@ -251,6 +261,7 @@ def _batch(
     op: OpSpec,
     prop: str = "batch_invariance",
     needle_rows: int = 1,
+    scaled: Case | None = None,
 ) -> Batch:
     """Companions of the needle: the spec's ``companion_rows(ctx)`` (default: the space's
     companion rows, tile-edge biased), at most ``max_companions`` (the space's, capped by the
@@ -258,12 +269,14 @@ def _batch(
     those companions copied (``_replicated``) up to a number aimed at the space's switch points
     up to ``max_sequences``, each short enough that all companions stay within
     ``max_batch_tokens``. The total rows are aimed at a switch point half of the time
-    (``_aim_total``)."""
+    (``_aim_total``). ``scaled``: a deployment-size example's needle case, whose companions
+    are cut to the space's ``max_elements`` (``scale.within_budget``)."""
     queries = None
+    ctx = shape_context(space, op, prop, scaled is not None)
     if op.companion_queries is not None:
-        queries = op.companion_queries(shape_context(space, op, prop))
+        queries = op.companion_queries(ctx)
     if op.companion_rows is not None:
-        rows = op.companion_rows(shape_context(space, op, prop))
+        rows = op.companion_rows(ctx)
     else:
         rows = extents(space.companion_rows, space.boundaries)
     most = space.max_companions
@@ -278,6 +291,8 @@ def _batch(
         count = draw(extents(Extent(most + 1, space.max_sequences - 1), marks))
         most_rows = max(1, space.max_batch_tokens // count)
         companions = _replicated(companions, count, most_rows)
+    if scaled is not None:
+        companions = within_budget(op, scaled, companions, needle_rows, space.max_elements)
     companions = _aim_total(draw, companions, needle_rows, space)
     companions = _with_contents(draw, companions, space)
     position = draw(integers(0, len(companions)))
@@ -353,8 +368,18 @@ def cases(
     (a target whose users call another function, e.g. torch_npu's)."""
     info = OPS[op]
     spec = get_property(prop)
-    shape, options = _op_shape_and_options(draw, space, info, prop)
+    # One example in the space's scale_every at deployment size along the op's axis (the flag
+    # shrinks toward the small draw); an op without an axis draws nothing here.
+    scaled = bool(info.scale) and space.scale_every > 0 and draw(scale_flag(space.scale_every))
+    if scaled:
+        space = deployment_space(space, info.scale)
+    shape, options = _op_shape_and_options(draw, space, info, prop, scaled)
     provisional = Case(op, "", space.dtypes[0], shape, (), "general", 0, options)
+    if scaled and shape:  # the needle itself within the budget (its companions: _batch)
+        most = largest_rows(info, provisional, space.max_elements)
+        if shape[0] > most:
+            shape = (most, *shape[1:])
+            provisional = Case(op, "", space.dtypes[0], shape, (), "general", 0, options)
     n_operands = len(info.operands(provisional))
     entry = draw(choice(tuple(entries or info.entries)))
     dtype = draw(choice(tuple(space.dtypes)))
@@ -376,7 +401,8 @@ def cases(
         # No integer range keeps every partial result exact here: fall back, deterministically.
         case = Case(op, entry, dtype, shape, layouts, "general", seed, options)
     if spec.batched:
-        batch = _batch(draw, space, info, prop, int(shape[0]) if shape else 0)
+        needle_rows = int(shape[0]) if shape else 0
+        batch = _batch(draw, space, info, prop, needle_rows, case if scaled else None)
         case = case.with_batch(batch)
     if space.padded and info.padded is not None and shape and info.padded(case):
         case = case.with_padded(_padded(draw, space, case))

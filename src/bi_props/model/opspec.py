@@ -197,6 +197,26 @@ class OpSpec:
     companion_queries: Callable[[Any], Any] | None = None
     """``(ctx) -> strategy``: draws each companion's ``Companion.queries`` (None: never drawn,
     0)."""
+    scale: str = ""
+    """The axis along which the op meets deployment sizes (``deployment.AXES``: "tokens",
+    "vocab", "context", "positions"; "" none): one example in the space's ``scale_every`` is
+    drawn there (``ShapeContext.scaled``), within the space's ``max_elements``."""
+    cost: Callable[[Case, int], int] | None = None
+    """``(case, rows) -> int``: what a sample of ``rows`` rows costs, in the unit of the
+    space's ``max_elements`` (None: the elements of its per-sample operands). Attention's is
+    quadratic: its scores."""
+
+    def sample_cost(self, case: Case, rows: int) -> int:
+        """What a sample of ``rows`` rows costs (``cost``, else its per-sample elements)."""
+        if self.cost is not None:
+            return int(self.cost(case, rows))
+        total = 0
+        for operand, shape in zip(
+            self.operands(case), self.operand_shapes(case, rows), strict=False
+        ):
+            if operand.batch_axis is not None:
+                total += int(np.prod(shape, dtype=np.int64))
+        return total
 
     def owned_rows(self, case: Case, rows: int) -> int:
         """Output rows of a sample with ``rows`` input rows (``output_rows``, else ``rows``)."""

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .case import COMPANION_CONTENTS, DTYPES, LAYOUTS, MODES, PARITY_DTYPES, VALUE_CLASSES
+from .deployment import SCALE_POINTS, VOCAB_SIZES
 from .op_registry import OPS
 from .scenario import ScenarioSpace
 
@@ -139,6 +140,19 @@ class Space:
     padded: bool = True
     attention_length: Extent = Extent(1, 48)
     head_dims: tuple[int, ...] = (8, 16, 32, 64)
+    # A paged decode sequence's context (the needle's and each companion's), small draws.
+    paged_context: int = 512
+    # Deployment sizes ([scale]; model/deployment.py): one example in ``scale_every`` of an op
+    # with a deployment axis (OpSpec.scale) is drawn at the sizes models run at (0: never):
+    # vocabulary-wide last dims, long contexts, far positions, steps of thousands of tokens,
+    # each on a named size or one off it, and within ``max_elements`` (the example's cost).
+    scale_every: int = 8
+    vocab_sizes: tuple[int, ...] = VOCAB_SIZES
+    scale_points: tuple[int, ...] = SCALE_POINTS
+    max_context: int = 8192
+    max_position: int = 65536
+    max_tokens: int = 8192
+    max_elements: int = 1 << 22
     op_dim: dict[str, Extent] = field(default_factory=dict)
     # Engine scenarios (bi_props.catalogue.scenarios): their own limits, [scenarios] table.
     scenarios: ScenarioSpace = field(default_factory=ScenarioSpace)
@@ -188,7 +202,16 @@ _SECTIONS: dict[str, dict[str, str]] = {
         "thresholds": "list[int]",
         "padded": "bool",
     },
-    "attention": {"length": "extent", "head_dims": "list[int]"},
+    "attention": {"length": "extent", "head_dims": "list[int]", "paged_context": "int"},
+    "scale": {
+        "every": "int",
+        "vocab_sizes": "list[int]",
+        "points": "list[int]",
+        "max_context": "int",
+        "max_position": "int",
+        "max_tokens": "int",
+        "max_elements": "int",
+    },
     "scenarios": {
         "max_requests": "int",
         "prompt_tokens": "extent",
@@ -225,6 +248,12 @@ RANGES: dict[str, tuple[float, float, bool, str]] = {
     "batch.max_sequences": (1, 10**6, True, "sequences in a batch of a sequence op"),
     "batch.max_batch_tokens": (1, 10**9, True, "companion tokens of a many-sequence batch"),
     "runner.cross_process_every": (0, 10**6, True, "determinism examples per cross-process one"),
+    "attention.paged_context": (1, 10**7, True, "KV tokens of a paged decode sequence"),
+    "scale.every": (0, 10**6, True, "examples per deployment-size one (0: never)"),
+    "scale.max_context": (1, 10**7, True, "keys of a deployment-size sequence"),
+    "scale.max_position": (1, 10**8, True, "positions of a deployment-size rotary cache"),
+    "scale.max_tokens": (1, 10**7, True, "rows of a deployment-size batch"),
+    "scale.max_elements": (1, 10**11, True, "elements a deployment-size example may cost"),
     "scenarios.max_requests": (1, 64, True, "requests in a scenario"),
     "scenarios.max_tokens": (1, 256, True, "generated tokens of a request"),
     "scenarios.max_arrival": (0, 64, True, "the latest engine step a request arrives at"),
@@ -350,6 +379,12 @@ def parse(data: dict[str, Any], source: str, profile: str) -> Space:
         ("batch", "padded"): "padded",
         ("values", "exhaustive"): "exhaustive",
         ("attention", "length"): "attention_length",
+        ("attention", "paged_context"): "paged_context",
+        ("scale", "every"): "scale_every",
+        ("scale", "max_context"): "max_context",
+        ("scale", "max_position"): "max_position",
+        ("scale", "max_tokens"): "max_tokens",
+        ("scale", "max_elements"): "max_elements",
     }
     for key, name in simple.items():
         if key in fields:
@@ -403,11 +438,15 @@ def parse(data: dict[str, Any], source: str, profile: str) -> Space:
     for section, key, name, what in (
         ("shapes", "boundaries", "boundaries", "extents"),
         ("batch", "thresholds", "thresholds", "batch sizes"),
+        ("scale", "vocab_sizes", "vocab_sizes", "vocabulary sizes"),
+        ("scale", "points", "scale_points", "deployment sizes"),
     ):
         if (section, key) in fields:
             sizes = fields[section, key]
             if any(v < 1 for v in sizes):
                 raise _fail(source, f"{section}.{key}", f"got {sizes!r}; allowed: {what} >= 1")
+            if not sizes and key in ("vocab_sizes", "points"):
+                raise _fail(source, f"{section}.{key}", "must not be empty")
             space[name] = tuple(sizes) if key == "boundaries" else tuple(sorted(set(sizes)))
     if ("attention", "head_dims") in fields:
         dims = fields["attention", "head_dims"]

@@ -1,0 +1,112 @@
+"""Deployment-size draws: the space of an example drawn at the sizes models run at, the named-size
+strategy, and the cost budget that keeps such an example a few rows or a few sequences.
+
+One example in the space's ``scale_every`` of an op with a deployment axis (``OpSpec.scale``,
+``model/deployment.py``) takes this path; its flag shrinks to the small draw, so a failure found
+at 151,936 logits still shrinks toward the smallest size that shows it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import lru_cache
+
+from hypothesis import strategies as st
+
+from ..model.case import Companion
+from ..model.opspec import OpSpec
+from ..model.space import Extent, Space
+
+
+@lru_cache(maxsize=64)
+def scale_flag(every: int) -> st.SearchStrategy[bool]:
+    """True one draw in ``every`` (sampled_from draws an index about uniformly and shrinks toward
+    False, the small draw)."""
+    return st.sampled_from((False,) * (max(every, 1) - 1) + (True,))
+
+
+def named_sizes(space: Space) -> tuple[int, ...]:
+    """The deployment sizes a space names: its scale points and vocabulary sizes."""
+    return tuple(sorted(set(space.scale_points) | set(space.vocab_sizes)))
+
+
+@lru_cache(maxsize=1024)
+def _sizes(low: int, high: int, named: tuple[int, ...]) -> st.SearchStrategy[int]:
+    points = tuple(p for p in named if low <= p <= high)
+    plain = st.integers(low, high)
+    if not points:
+        return plain
+
+    def place(drawn: tuple[bool, int, int, int]) -> int:
+        on_point, point, offset, v = drawn
+        return min(max(point + offset, low), high) if on_point else v
+
+    return st.tuples(
+        st.booleans(), st.sampled_from(points), st.sampled_from((0, -1, 1)), plain
+    ).map(place)
+
+
+def sizes(space: Space, low: int, high: int) -> st.SearchStrategy[int]:
+    """A size in [low, high]: half of the time a named size (or one off it), else any; shrinks
+    toward ``low``."""
+    high = max(low, high)
+    return _sizes(low, high, named_sizes(space))
+
+
+def deployment_space(space: Space, axis: str) -> Space:
+    """The space of a deployment-size example along ``axis``: its upper limits raised to the
+    scale's, its thresholds joined by the named sizes. Shapes the ops draw inside the raised
+    limits are kept within the space's ``max_elements`` by ``within_budget`` (companions) and by
+    the ops' own scaled draws (``ShapeContext.scaled``)."""
+    named = named_sizes(space)
+    if axis in ("tokens", "vocab"):
+        top = max(space.companion_rows.max, space.max_tokens)
+        return replace(
+            space,
+            rows=Extent(space.rows.min, max(space.rows.max, top)),
+            companion_rows=Extent(space.companion_rows.min, top),
+            thresholds=tuple(sorted(set(space.thresholds) | {p for p in named if p <= top})),
+        )
+    if axis == "context":
+        top = max(space.attention_length.max, space.max_context)
+        return replace(
+            space,
+            attention_length=Extent(space.attention_length.min, top),
+            paged_context=max(space.paged_context, top),
+            rows=Extent(space.rows.min, max(space.rows.max, top)),
+            companion_rows=Extent(space.companion_rows.min, max(space.companion_rows.max, top)),
+            thresholds=tuple(sorted(set(space.thresholds) | {p for p in named if p <= top})),
+        )
+    return space
+
+
+def largest_rows(spec: OpSpec, case, budget: int) -> int:
+    """The most rows a sample of ``case`` may have within ``budget`` (at least 1)."""
+    if spec.sample_cost(case, 1) > budget:
+        return 1
+    low, high = 1, 1
+    while spec.sample_cost(case, high * 2) <= budget and high < 1 << 30:
+        high *= 2
+    high *= 2
+    while low < high - 1:  # cost(low) <= budget < cost(high)
+        mid = (low + high) // 2
+        if spec.sample_cost(case, mid) <= budget:
+            low = mid
+        else:
+            high = mid
+    return low
+
+
+def within_budget(
+    spec: OpSpec, case, companions: list[Companion], needle_rows: int, budget: int
+) -> list[Companion]:
+    """Companions cut so that the needle and all of them cost at most ``budget``: each in turn
+    keeps the rows the budget has left (at least one row). Deterministic in what was drawn, so
+    shrinking works on the drawn rows as before."""
+    left = budget - spec.sample_cost(case, needle_rows)
+    out = []
+    for c in companions:
+        rows = min(c.rows, largest_rows(spec, case, max(left, 0)))
+        left -= spec.sample_cost(case, rows)
+        out.append(c if rows == c.rows else replace(c, rows=max(rows, 1)))
+    return out

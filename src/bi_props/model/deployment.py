@@ -1,0 +1,100 @@
+"""Deployment sizes: the axis along which an op meets the sizes models run at, and how far a
+cell's examples reached along it.
+
+Kernels switch paths at sizes far above a fast search's: a softmax keeps a row in registers up to
+a width and loops over chunks past it (a vocabulary of 32,000 to 151,936 logits), attention
+splits the keys of contexts of thousands of tokens, rotary caches rescale past the model's
+original context, serving steps hold 1,024 to 8,192 tokens. A space draws a share of examples at
+those sizes (``Space.scale_every``, ``[scale]``); ``OpSpec.scale`` names the op's axis, and
+``size_of`` reads an example's size along it, so the report can say which cells never left
+the small sizes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from .case import Case
+
+AXES = ("tokens", "vocab", "context", "positions")
+"""``tokens``: the batch's total rows (a serving step's tokens); ``vocab``: the last dimension
+(logits over a vocabulary); ``context``: the longest sequence's keys in the batch;
+``positions``: the largest position a rotary cache covers."""
+
+VOCAB_SIZES = (32000, 32768, 50257, 128256, 151936)
+"""Llama 2, a power of two, GPT-2, Llama 3, Qwen 2."""
+SCALE_POINTS = (512, 1024, 2048, 4096, 8192, 16384, 32768)
+"""Sizes where deployed kernels switch: paged attention's 512-token partitions, softmax's
+persistent path up to 1,024, chunked-prefill budgets and CUDA-graph capture sizes, long-context
+caches."""
+
+
+def size_of(axis: str, case: Case) -> int:
+    """An example's size along ``axis`` (0 for an unknown axis or an empty shape)."""
+    if not case.shape:
+        return 0
+    companions = case.batch.companions if case.batch is not None else ()
+    if axis == "tokens":
+        return int(case.shape[0]) + sum(c.rows for c in companions)
+    if axis == "vocab":
+        return int(case.shape[-1])
+    if axis == "context":
+        return max([int(case.shape[0]), *(c.rows for c in companions)])
+    if axis == "positions":  # rotary: (tokens, heads, kv_heads, head_size, rot_dim, positions)
+        return int(case.shape[-1])
+    return 0
+
+
+@dataclass
+class SizeReach:
+    """One cell's sizes along its op's axis: the largest reached, how many examples were drawn
+    at deployment size, and per named size (``points``) how many examples reached it."""
+
+    axis: str
+    points: tuple[int, ...]
+    small_limit: int
+    """The largest size the space's small draws reach along the axis: above it is deployment."""
+    examples: int = 0
+    largest: int = 0
+    deployed: int = 0
+    reached: dict[int, int] = field(default_factory=dict)
+
+    def add(self, case: Case) -> None:
+        size = size_of(self.axis, case)
+        self.examples += 1
+        self.largest = max(self.largest, size)
+        if size > self.small_limit:
+            self.deployed += 1
+        for p in self.points:
+            if size >= p:
+                self.reached[p] = self.reached.get(p, 0) + 1
+
+    def to_json(self) -> dict[str, Any]:
+        """Sizes never reached are listed with 0: an absent key would read as unknown."""
+        return {
+            "axis": self.axis,
+            "examples": self.examples,
+            "largest": self.largest,
+            "small_limit": self.small_limit,
+            "deployed": self.deployed,
+            "reached": {str(p): self.reached.get(p, 0) for p in self.points},
+        }
+
+
+def merge_sizes(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """report.json's ``size_reach`` entries of one cell together (one per shard or session):
+    counts summed, the largest kept; first-seen order."""
+    merged: dict[tuple, dict[str, Any]] = {}
+    for entry in entries:
+        key = tuple(entry.get(k) for k in ("target", "op", "property", "switch"))
+        into = merged.get(key)
+        if into is None:
+            merged[key] = {**entry, "reached": dict(entry.get("reached") or {})}
+            continue
+        for k in ("examples", "deployed"):
+            into[k] = int(into.get(k, 0)) + int(entry.get(k, 0))
+        into["largest"] = max(int(into.get("largest", 0)), int(entry.get("largest", 0)))
+        for p, n in (entry.get("reached") or {}).items():
+            into["reached"][p] = int(into["reached"].get(p, 0)) + int(n)
+    return list(merged.values())
