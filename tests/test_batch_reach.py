@@ -156,8 +156,9 @@ def test_a_failure_on_many_sequences_shrinks_to_a_few_in_few_steps() -> None:
     """Many-sequence batches copy the few companions drawn (``_replicated``): a failure first
     seen on 30 or more sequences shrinks by one draw to those few, then to the needle and at
     most four companions (one or two for most seeds; mixed attention's query draws keep a few
-    one-token companions for some). Drawn as 30-60 independent companions it took 130-270 shrink steps (each
-    a batch of hundreds of tokens through the kernel) and could stop at 8 sequences."""
+    one-token companions for some). Drawn as 30-60 independent companions it took 130-270
+    shrink steps (each a batch of hundreds of tokens through the kernel) and could stop at 8
+    sequences."""
     space = load_profile("cpu")
     for op in ("attention", "mixed_attention", "paged_decode_attention"):
         steps = {"after_first": 0, "first": None}

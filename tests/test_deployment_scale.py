@@ -147,11 +147,11 @@ def test_the_deployment_space_raises_only_its_axis() -> None:
 def test_the_scale_section_is_validated() -> None:
     space = parse({"scale": {"every": 0, "max_context": 2048}}, "s.toml", "s")
     assert space.scale_every == 0 and space.max_context == 2048
-    with pytest.raises(SpaceError, match="scale.every"):
+    with pytest.raises(SpaceError, match=r"scale\.every"):
         parse({"scale": {"every": -1}}, "s.toml", "s")
-    with pytest.raises(SpaceError, match="scale.vocab_sizes"):
+    with pytest.raises(SpaceError, match=r"scale\.vocab_sizes"):
         parse({"scale": {"vocab_sizes": []}}, "s.toml", "s")
-    with pytest.raises(SpaceError, match="scale.nope"):
+    with pytest.raises(SpaceError, match=r"scale\.nope"):
         parse({"scale": {"nope": 1}}, "s.toml", "s")
 
 
