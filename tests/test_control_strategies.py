@@ -140,7 +140,7 @@ def test_every_op_with_explicit_control_examples_shows_stock_cpu_variance_in_one
     round), and the control stops at the first example that shows variance."""
     from types import SimpleNamespace
 
-    from bi_props.campaigns.controls import explicit_cases
+    from bi_props.campaigns.explicit import explicit_cases
     from bi_props.model import properties
     from bi_props.runner.controller import Runner
 
@@ -171,7 +171,7 @@ def test_a_control_example_names_known_layouts_one_per_operand():
     with the op, the example and the fix named (not run with a silently wrong layout)."""
     from types import SimpleNamespace
 
-    from bi_props.campaigns.controls import explicit_cases
+    from bi_props.campaigns.explicit import explicit_cases
     from bi_props.model.opspec import ControlExample
 
     with pytest.raises(ValueError, match=r"unknown layout.*'transpose'"):

@@ -1,7 +1,8 @@
 """The negative controls: a search for batch variance with the switch off, in turns.
 
-Also the helpers the search shares with the session and the fuzz slice (``case_size``,
-``is_final_replay``, ``internal_message``); ``bi_props.campaigns.session`` re-exports them.
+Also the helpers the search shares with the session and the fuzz slice (``is_final_replay``,
+``internal_message``); ``bi_props.campaigns.session`` re-exports them. Below the session: its
+functions take the session as a ``ControlSession``, what they use of it.
 Imports Hypothesis but never torch, like the session.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 import time
 import traceback
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import seed as hypothesis_seed
@@ -18,12 +19,13 @@ from hypothesis import strategies as st
 from hypothesis.control import current_build_context
 
 from ..model import property_spec
-from ..model.case import Batch, Case, Companion
+from ..model.case import Batch, Case, Companion, case_size
 from ..model.op_registry import OPS
 from ..runner.controller import DeadlineReached, WorkerFailure
+from .explicit import ExplicitSession, _simplest_of, add_variant, explicit_cases
 
 if TYPE_CHECKING:
-    from .session import Session
+    from ..runner.controller import Runner
 
 
 @dataclass
@@ -76,17 +78,19 @@ class Control:
         return self.power_hits / self.power_judged if self.power_judged else None
 
 
-def case_size(case: Case) -> tuple:
-    """An order on cases, smallest first: elements across the batch, then extents, companions
-    and the repr (to break ties). Used to keep the smallest failing case seen while shrinking."""
-    rows = case.shape[0] if case.shape else 0
-    if case.batch is not None:
-        rows += sum(c.rows for c in case.batch.companions)
-    per_row = 1
-    for extent in case.shape[1:]:
-        per_row *= max(extent, 1)
-    companions = 0 if case.batch is None else len(case.batch.companions)
-    return (rows * per_row, sum(case.shape), companions, len(repr(case)), repr(case))
+class ControlSession(ExplicitSession, Protocol):
+    """What a negative control uses of the session (``Session`` is one): its controls, its
+    runner, the control strategy, its report and internal errors; and what ``ExplicitSession``
+    lists, for the known batch-variant cases a control adds."""
+
+    controls: list[Control]
+    runner: Runner
+
+    def control_strategy(self, op: str, prop: str) -> Any: ...
+
+    def internal(self, message: str) -> None: ...
+
+    def write_report(self) -> None: ...
 
 
 def internal_message(exc: BaseException) -> str:
@@ -105,37 +109,16 @@ def is_final_replay() -> bool:
         return True
 
 
-EXPLICIT_SEED = 20261202  # the explicit examples' tensors: fixed, so a reader can replay them
-
-
-def explicit_cases(session: Session, op: str) -> list[Case]:
-    """The op's ``control_examples`` as cases: float32, general values, the example's layouts
-    (contiguous when it names none), the session's first entry point of the op."""
-    spec = OPS[op]
-    entry = (session.entries(op) or spec.entries)[0]
-    out = []
-    for i, example in enumerate(spec.control_examples):
-        seed = EXPLICIT_SEED + 100 * i + example.seed
-        case = Case(op, entry, "float32", tuple(example.shape), (), "general", seed)
-        case = replace(case, options=dict(example.options))
-        layouts = example.layouts or ("contiguous",) * len(spec.operands(case))
-        case = replace(case, layouts=tuple(layouts))  # counts checked at registration
-        companions = tuple(Companion(seed + 1 + j, r) for j, r in enumerate(example.companions))
-        position = min(example.position, len(companions))
-        out.append(case.with_batch(Batch(position=position, companions=companions)))
-    return out
-
-
-def _dtypes_first_float32(session: Session) -> tuple[str, ...]:
+def _dtypes_first_float32(session: ControlSession) -> tuple[str, ...]:
     dtypes = tuple(session.space.dtypes)
     return tuple(sorted(dtypes, key=lambda d: d != "float32"))
 
 
-def _saw_variance(session: Session, control: Control, case: Case, message: str, how: str) -> None:
+def _saw_variance(
+    session: ControlSession, control: Control, case: Case, message: str, how: str
+) -> None:
     """A case on which the stock kernel varied: a known-variant case for the enabled cells
     (campaigns/explicit.py), and the control's case when it is the first or a smaller one."""
-    from .explicit import add_variant
-
     case = session.runner.settle(case)  # kept in the mode it ran in (Case.mode)
     control.variant_cases += add_variant(session, case)
     if control.variance_seen and control.case is not None:
@@ -149,7 +132,7 @@ def _saw_variance(session: Session, control: Control, case: Case, message: str, 
     control.shrink = how
 
 
-def _try_explicit(session: Session, control: Control, prop: str, judge) -> list[str]:
+def _try_explicit(session: ControlSession, control: Control, prop: str, judge) -> list[str]:
     """Run the op's explicit control examples once, before any search, in each dtype of the
     space (float32 first): every one that shows variance becomes a known-variant case for the
     enabled cells, and the smallest is the control's case (small by construction: no shrink).
@@ -190,7 +173,7 @@ def _order_blind(case: Case) -> bool:
 
 
 def _probe(
-    session: Session,
+    session: ControlSession,
     control: Control,
     prop: str,
     judge,
@@ -267,7 +250,7 @@ def power_line(control: Control) -> str:
     return f"p = {control.power_hits}/{control.power_judged} ({control.hit_rate:.2f})"
 
 
-def control_entry(session: Session, op: str, prop: str) -> Control:
+def control_entry(session: ControlSession, op: str, prop: str) -> Control:
     """The control of (op, prop) in the session, added ("not run") on first use."""
     for control in session.controls:
         if (control.op, control.property) == (op, prop):
@@ -278,7 +261,7 @@ def control_entry(session: Session, op: str, prop: str) -> Control:
 
 
 def run_control(
-    session: Session,
+    session: ControlSession,
     op: str,
     prop: str = "batch_invariance",
     *,
@@ -427,8 +410,6 @@ def run_control(
             shrink = f"cut after {spent:.1f} s of this turn: the smallest case seen" + (
                 "" if database is not None else " (final: no example database to resume)"
             )
-        from .explicit import add_variant
-
         control.variant_cases += add_variant(session, case)
         control.variance_seen = True
         control.case = repr(case)
@@ -460,13 +441,11 @@ PROBE_WIDTHS = (7, 8, 9, 15, 16, 17, 31, 32, 33, 63, 64, 65)
 PROBE_LAYOUTS = ("contiguous", "transposed")
 
 
-def targeted_probes(session: Session, op: str, prop: str) -> list[Case]:
+def targeted_probes(session: ControlSession, op: str, prop: str) -> list[Case]:
     """Where stock kernels are known to vary, built from the control strategy's simplest case
     (every extent >= 2): a 1-row needle beside 15, 16 and 255 rows, its last dimension at each
     vector tail +- 1, all operands contiguous or all transposed. Some may not suit the op (a
     width it refuses): those fail in the worker and are counted apart, never as evidence."""
-    from .explicit import _simplest_of
-
     base = _simplest_of(session.control_strategy(op, prop))
     if base is None or not base.shape:
         return []
@@ -486,7 +465,7 @@ def targeted_probes(session: Session, op: str, prop: str) -> list[Case]:
     return out
 
 
-def _try_targeted(session: Session, control: Control, prop: str, judge) -> list[str]:
+def _try_targeted(session: ControlSession, control: Control, prop: str, judge) -> list[str]:
     """Run the targeted probes once (``targeted_probes``); a variant one is the control's case
     and a known-variant case. Returns worker errors."""
     errors: list[str] = []
@@ -509,7 +488,7 @@ def _try_targeted(session: Session, control: Control, prop: str, judge) -> list[
     return errors
 
 
-def _settle(session: Session, control: Control, prop: str, errors: list[str]) -> Control:
+def _settle(session: ControlSession, control: Control, prop: str, errors: list[str]) -> Control:
     """A control that spent its whole quota without variance: first the targeted probes
     (``targeted_probes``); then not applicable, by that evidence, worded with how much was
     judged and the bound it gives (no hit in n judged: p < 3/n at 95%, the rule of three);

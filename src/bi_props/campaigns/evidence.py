@@ -12,20 +12,22 @@ run says so in its headline and exits 3 (no trustworthy verdict). A campaign hol
 its space to it; a pytest run only the cells it ran (a ``-k`` selection leaves some out).
 
 The counts come as a ``Tally``: a Session's own counters, or the coverage lines of
-``examples.jsonl`` (a Ray driver receives its actors' lines). Imports no torch.
+``examples.jsonl`` (a Ray driver receives its actors' lines). Below the session: it reads a
+session as an ``EvidenceSession``, what it uses of it. Imports no torch.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..model.op_registry import OPS, cells
 from ..model.space import Space
 
 if TYPE_CHECKING:
-    from .session import Session
+    from ..runner.controller import Runner
+    from .records import Finding
 
 FLOORED = ("reference", "batch_invariance")
 """The enabled cells of a claimed op that must reach ``min_judged`` judged examples."""
@@ -33,6 +35,23 @@ MODEL_PROPERTIES = ("logprobs", "decode")
 """Model-level properties: each of their enabled cells must run at least once."""
 JUDGED_OUTCOMES = frozenset({"ok", "mismatch", "error"})
 """Coverage-line outcomes of a judged example: the verdict compared something, pass or fail."""
+
+
+class EvidenceSession(Protocol):
+    """What the evidence reads of a session (``Session`` is one): its counters per cell, its
+    findings, its controls (dataclasses: ``controls.Control``), its space, its runner (the
+    enabled worker's hello) and whether the floor holds on every cell."""
+
+    space: Space
+    runner: Runner
+    findings: list[Finding]
+    controls: list[Any]
+    judged: dict[tuple, int]
+    order_blind: dict[tuple, int]
+    rows_judged: dict[tuple, int]
+    degenerate: dict[tuple, list]
+    explicit_done: dict[tuple, set]
+    floor_all_cells: bool
 
 
 @dataclass
@@ -68,7 +87,7 @@ class Tally:
         return tally
 
     @classmethod
-    def of_session(cls, session: Session) -> Tally:
+    def of_session(cls, session: EvidenceSession) -> Tally:
         ran = set(session.judged) | set(session.order_blind) | set(session.degenerate)
         ran |= {(f.op, f.property, f.switch) for f in session.findings}
         explicit = {cell: len(done) for cell, done in session.explicit_done.items()}
@@ -169,7 +188,7 @@ def evidence(
     }
 
 
-def session_evidence(session: Session) -> dict[str, Any]:
+def session_evidence(session: EvidenceSession) -> dict[str, Any]:
     """``evidence`` of a Session: its own counters, controls and claims (the enabled worker's
     hello, when it has started)."""
     from dataclasses import asdict

@@ -14,20 +14,25 @@ Two kinds, per cell:
 
 The known-variant cases live in the session (``Session.variants``) and in the example database
 under ``variant_key(target, op)`` (the campaign's, or the pytest profile's), so that later runs
-and Ray actors start with them. Imports Hypothesis' database API only; never torch.
+and Ray actors start with them. Below the session and the controls: its functions take the
+session as an ``ExplicitSession``, what they use of it. Imports Hypothesis' database API only;
+never torch.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
-from ..model.case import DTYPES, PARITY_DTYPES, Batch, Case, parse_case
+from ..model.case import DTYPES, PARITY_DTYPES, Batch, Case, Companion, case_size, parse_case
 from ..model.op_registry import OPS
 from ..model.property_spec import controls_of
 
 if TYPE_CHECKING:
-    from .session import Session
+    from ..model.space import Space
+    from ..model.verdict import Verdict
+    from ..runner.controller import Runner
+    from .records import Failure, Finding
 
 VARIANT_PROPERTIES = ("batch_invariance", "row_permutation")
 """The enabled cells that run the known batch-variant cases first."""
@@ -38,6 +43,46 @@ MAX_VARIANTS = 12
 that varied, few enough that explicit examples stay a small part of a turn."""
 RESEED = 0x2545F491
 """Step between the data seeds of an explicit case's copies."""
+EXPLICIT_SEED = 20261202  # the explicit examples' tensors: fixed, so a reader can replay them
+
+
+class ExplicitSession(Protocol):
+    """What the explicit examples use of the session (``Session`` is one): its known-variant
+    cases and example database, the explicit cases run and the dtype templates, the cell's
+    strategy, and the calls that check a case and record its failure; and what
+    ``shrink.shrink`` uses (``shrink.ShrinkSession``: ``target``, ``judge``, ``leak_message``,
+    ``promise_message``), for the failures it shrinks."""
+
+    target: str
+    space: Space
+    runner: Runner
+    database: Any
+    variants: dict[str, dict[str, Case]]
+    explicit_done: dict[tuple, set]
+    dtype_templates: dict[tuple, Case]
+    explicit_examples: bool
+    skip_settled: bool
+    shrink_note: str
+    defer_finalize: bool
+    last_failure: Failure | None
+
+    def entries(self, op: str) -> tuple[str, ...] | None: ...
+
+    def strategy(self, op: str, prop: str) -> Any: ...
+
+    def check(self, op: str, prop: str, switch: str, case: Case) -> str: ...
+
+    def recorded(self, failure: Failure) -> bool: ...
+
+    def same_failure(self, failure: Failure) -> Finding | None: ...
+
+    def finalize(self, failure: Failure, shrink: str = "complete") -> None: ...
+
+    def judge(self, op: str, prop: str, switch: str, case: Case) -> Verdict: ...
+
+    def leak_message(self, op: str, prop: str, case: Case) -> str | None: ...
+
+    def promise_message(self, op: str, evidence: str) -> str: ...
 
 
 def variant_key(target: str, op: str) -> bytes:
@@ -46,13 +91,7 @@ def variant_key(target: str, op: str) -> bytes:
     return f"bi_props:variant:{target}:{op}".encode()
 
 
-def _size(case: Case) -> tuple:
-    from .controls import case_size
-
-    return case_size(case)
-
-
-def add_variant(session: Session, case: Case) -> bool:
+def add_variant(session: ExplicitSession, case: Case) -> bool:
     """Remember a case on which the stock kernel was batch-variant (the switch off); True when
     it is new. Kept in the session (the smallest ``MAX_VARIANTS`` per op) and saved in the
     session's example database."""
@@ -66,7 +105,7 @@ def add_variant(session: Session, case: Case) -> bool:
     database = session.database
     key = variant_key(session.target, case.op)
     if len(kept) > MAX_VARIANTS:
-        largest = max(kept, key=lambda k: _size(kept[k]))
+        largest = max(kept, key=lambda k: case_size(kept[k]))
         del kept[largest]
         if database is not None:
             try:
@@ -83,7 +122,7 @@ def add_variant(session: Session, case: Case) -> bool:
     return True
 
 
-def load_variants(session: Session, ops: tuple[str, ...]) -> int:
+def load_variants(session: ExplicitSession, ops: tuple[str, ...]) -> int:
     """The known-variant cases of earlier runs, from the session's example database; returns
     how many were loaded. Entries that no longer parse (an older Case) are dropped."""
     database = session.database
@@ -112,14 +151,28 @@ def load_variants(session: Session, ops: tuple[str, ...]) -> int:
                     loaded += 1
         kept = session.variants.get(op, {})
         while len(kept) > MAX_VARIANTS:  # the smallest are kept
-            del kept[max(kept, key=lambda k: _size(kept[k]))]
+            del kept[max(kept, key=lambda k: case_size(kept[k]))]
             loaded -= 1
     return loaded
 
 
-def variants(session: Session, op: str) -> tuple[Case, ...]:
+def variants(session: ExplicitSession, op: str) -> tuple[Case, ...]:
     """The known batch-variant cases of ``op``, smallest first."""
-    return tuple(sorted(session.variants.get(op, {}).values(), key=_size))
+    return tuple(sorted(session.variants.get(op, {}).values(), key=case_size))
+
+
+def structure(case: Case) -> tuple:
+    """What a neighbour of a known case keeps of it (``strategies.near``): op, entry, shape,
+    layouts, options and the companions' rows."""
+    rows = tuple(c.rows for c in case.batch.companions) if case.batch is not None else None
+    return (case.op, case.entry, case.shape, case.layouts, case.options, rows, case.padded)
+
+
+def near_known(session: ExplicitSession, case: Case) -> bool:
+    """Whether ``case`` has the structure of a known batch-variant case: drawn as its
+    neighbour, so Hypothesis' own shrink could only move its data, place and dtype."""
+    mine = structure(case)
+    return any(structure(k) == mine for k in variants(session, case.op))
 
 
 def reseeded(case: Case, step: int) -> Case:
@@ -139,7 +192,7 @@ def reseeded(case: Case, step: int) -> Case:
     return replace(case, seed=move(case.seed), batch=batch, options=dict(case.options))
 
 
-def _for_entry(session: Session, case: Case) -> Case | None:
+def _for_entry(session: ExplicitSession, case: Case) -> Case | None:
     """The case with an entry point the session's target offers for its op (a target may
     replace the op's entries); None where the op has none."""
     entries = session.entries(case.op) or OPS[case.op].entries
@@ -150,7 +203,7 @@ def _for_entry(session: Session, case: Case) -> Case | None:
     return replace(case, entry=entries[0], options=dict(case.options))
 
 
-def dtype_cases(session: Session, op: str, prop: str, template: Case) -> list[Case]:
+def dtype_cases(session: ExplicitSession, op: str, prop: str, template: Case) -> list[Case]:
     """``template`` in each dtype the cell checks up front: every space dtype for reference,
     and the stock op's possible dtypes (the space's and its parity dtypes) for parity."""
     space = session.space
@@ -173,7 +226,7 @@ def has_explicit(op: str, prop: str, switch: str) -> bool:
     return prop in ("parity", "reference")
 
 
-def pending(session: Session, op: str, prop: str, switch: str) -> list[Case]:
+def pending(session: ExplicitSession, op: str, prop: str, switch: str) -> list[Case]:
     """The explicit cases of one cell that have not run yet in this session."""
     done = session.explicit_done.setdefault((op, prop, switch), set())
     out: list[Case] = []
@@ -195,7 +248,7 @@ def pending(session: Session, op: str, prop: str, switch: str) -> list[Case]:
     return [c for c in out if repr(c) not in done]
 
 
-def mark_done(session: Session, op: str, prop: str, switch: str, case: Case) -> None:
+def mark_done(session: ExplicitSession, op: str, prop: str, switch: str, case: Case) -> None:
     session.explicit_done.setdefault((op, prop, switch), set()).add(repr(case))
 
 
@@ -205,11 +258,14 @@ __all__ = [
     "VARIANT_PROPERTIES",
     "add_variant",
     "dtype_cases",
+    "explicit_cases",
     "has_explicit",
     "load_variants",
     "mark_done",
+    "near_known",
     "pending",
     "reseeded",
+    "structure",
     "variant_key",
     "variants",
 ]
@@ -221,13 +277,29 @@ EXPLICIT_NOTE = (
 )
 
 
-def template_for(session: Session, op: str, prop: str, switch: str) -> Case | None:
+def explicit_cases(session: ExplicitSession, op: str) -> list[Case]:
+    """The op's ``control_examples`` as cases: float32, general values, the example's layouts
+    (contiguous when it names none), the session's first entry point of the op."""
+    spec = OPS[op]
+    entry = (session.entries(op) or spec.entries)[0]
+    out = []
+    for i, example in enumerate(spec.control_examples):
+        seed = EXPLICIT_SEED + 100 * i + example.seed
+        case = Case(op, entry, "float32", tuple(example.shape), (), "general", seed)
+        case = replace(case, options=dict(example.options))
+        layouts = example.layouts or ("contiguous",) * len(spec.operands(case))
+        case = replace(case, layouts=tuple(layouts))  # counts checked at registration
+        companions = tuple(Companion(seed + 1 + j, r) for j, r in enumerate(example.companions))
+        position = min(example.position, len(companions))
+        out.append(case.with_batch(Batch(position=position, companions=companions)))
+    return out
+
+
+def template_for(session: ExplicitSession, op: str, prop: str, switch: str) -> Case | None:
     """The case a cell's dtype examples are made from: the op's first explicit control example
     without its batch (its data, before any draw), else the first case the cell judged."""
     key = (op, prop, switch)
     if key not in session.dtype_templates and OPS[op].control_examples:
-        from .controls import explicit_cases
-
         first = explicit_cases(session, op)[0].with_batch(None)
         session.dtype_templates[key] = first
     if key not in session.dtype_templates:
@@ -235,7 +307,7 @@ def template_for(session: Session, op: str, prop: str, switch: str) -> Case | No
     return session.dtype_templates.get(key)
 
 
-def _simplest(session: Session, op: str, prop: str) -> Case | None:
+def _simplest(session: ExplicitSession, op: str, prop: str) -> Case | None:
     """The simplest case of the cell's strategy with no zero extent (Hypothesis' ``find``: no
     worker runs, nothing is judged), as a template where the op states no example of its own."""
     case = _simplest_of(session.strategy(op, prop))
@@ -268,7 +340,7 @@ def _simplest_of(strategy) -> Case | None:
 
 
 def run_explicit(
-    session: Session,
+    session: ExplicitSession,
     op: str,
     prop: str,
     switch: str,
@@ -313,7 +385,7 @@ def run_explicit(
     return judged, new
 
 
-def _record_shrunk(session: Session, failure, stop_at: float | None) -> None:
+def _record_shrunk(session: ExplicitSession, failure, stop_at: float | None) -> None:
     """Shrink an explicit example's failure (campaigns/shrink.py) and record it."""
     from .shrink import shrink
 

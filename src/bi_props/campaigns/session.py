@@ -19,7 +19,7 @@ from ..catalogue.strategies import cases, cases_near_known, control_cases
 from ..integrations import switches
 from ..model import property_spec
 from ..model.batch_reach import BatchReach
-from ..model.case import Case, case_class
+from ..model.case import Case, case_class, case_size
 from ..model.known import KnownFailure
 from ..model.observation import Hello
 from ..model.space import Space
@@ -35,7 +35,6 @@ from ..runner.controller import (
 )
 from .controls import (
     Control,
-    case_size,
     control_entry,
     internal_message,
     is_final_replay,
@@ -671,7 +670,7 @@ class Session:
         would cost a worker or a timeout)."""
         from hypothesis import currently_in_test_context
 
-        from .shrink import near_known
+        from .explicit import near_known
         from .shrink import shrink as reduce
 
         left = stop_at is None or time.monotonic() < stop_at

@@ -1,23 +1,50 @@
 """report.json's content for one session, and the console's lines on what it could not judge
-(routing notes, unobservable routing, unclaimed ops): read from a Session, never written to it."""
+(routing notes, unobservable routing, unclaimed ops): read from a Session, never written to it.
+Below the session: it reads a session as a ``ReportSession``, what it uses of it."""
 
 from __future__ import annotations
 
 import time
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..integrations import switches
 from ..model import property_spec
 from ..model.modes import mode_lines
-from .evidence import session_evidence
+from .evidence import EvidenceSession, session_evidence
 from .modes import modes_report
 
 if TYPE_CHECKING:
-    from .session import Session
+    from ..model.batch_reach import BatchReach
 
 
-def report_properties(session: Session) -> list[dict[str, Any]]:
+class ReportSession(EvidenceSession, Protocol):
+    """What report.json and the console's lines read of a session (``Session`` is one): every
+    verdict, note and count it keeps; and what ``evidence.EvidenceSession`` lists."""
+
+    target: str
+    started: float
+    status: str
+    not_covered: dict[str, str]
+    unobservable: dict[tuple[str, str], str]
+    routing_observed: set[str]
+    unclaimed: dict[str, dict[str, Any]]
+    known_status: list[dict[str, Any]]
+    strict_controls: bool
+    strict_contract: bool
+    internal_errors: list[str]
+    checked: int
+    batch_reach: dict[tuple, BatchReach]
+    cross_process_checks: int
+    sweeps: list[dict]
+    switching: dict[str, Any]
+    skipped_known: dict[tuple, int]
+    hang_suspicions: list[dict]
+
+    def routing_notes(self) -> list[str]: ...
+
+
+def report_properties(session: ReportSession) -> list[dict[str, Any]]:
     """The properties this run's ops are checked for, in registry order, with what each
     means: a user's property is listed in every report beside the built-in ones."""
     from ..catalogue import OPS
@@ -36,7 +63,7 @@ def report_properties(session: Session) -> list[dict[str, Any]]:
     ]
 
 
-def session_report(session: Session) -> dict[str, Any]:
+def session_report(session: ReportSession) -> dict[str, Any]:
     """report.json's content: every verdict, note and count of one session."""
     environment = {}
     try:
@@ -92,7 +119,7 @@ def session_report(session: Session) -> dict[str, Any]:
     }
 
 
-def degenerate_summary(session: Session) -> dict[str, Any]:
+def degenerate_summary(session: ReportSession) -> dict[str, Any]:
     """The cells' degenerate examples: how many of the judged ones, and per cell why."""
     return {
         "examples": sum(n for n, _ in session.degenerate.values()),
@@ -104,13 +131,13 @@ def degenerate_summary(session: Session) -> dict[str, Any]:
     }
 
 
-def hello_field(session: Session, name: str) -> Any:
+def hello_field(session: ReportSession, name: str) -> Any:
     """A field of the enabled state's hello (the disabled one's before the switch ran)."""
     hello = session.runner._hellos.get("enabled") or session.runner._hellos.get("disabled")
     return getattr(hello, name, None) if hello is not None else None
 
 
-def routing_notes(session: Session) -> list[str]:
+def routing_notes(session: ReportSession) -> list[str]:
     """The targets' warnings about how routing is observed (e.g. a module without a prefix)."""
     notes = [h.routing_note for h in session.runner._hellos.values() if h.routing_note]
     return list(dict.fromkeys(notes))
@@ -126,7 +153,7 @@ def unclaimed_line(op: str, entry: dict[str, Any]) -> str:
     return line + (f"; smallest case seen: {entry['case']}" if entry.get("case") else "")
 
 
-def routing_lines(session: Session) -> list[str]:
+def routing_lines(session: ReportSession) -> list[str]:
     """The console's lines on routing notes, unobservable routing and unclaimed ops."""
     lines = [f"WARNING: {note}" for note in session.routing_notes()]
     lines += [

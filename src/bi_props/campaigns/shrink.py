@@ -11,6 +11,7 @@ in-memory example database (where Hypothesis keeps failing cases it has not mini
 search replays it first, sees it fail, and shrinks it like any failure it found itself. Where the
 replay does not reproduce the failure, nothing is lost: the case stays as it was.
 
+Below the session: its functions take the session as a ``ShrinkSession``, what they use of it.
 Imports Hypothesis but never torch, like the session.
 """
 
@@ -18,21 +19,43 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from ..model.case import DTYPES, LAYOUTS, PARITY_DTYPES, VALUE_CLASSES, Batch, Case, Companion
+from ..model.case import (
+    DTYPES,
+    LAYOUTS,
+    PARITY_DTYPES,
+    VALUE_CLASSES,
+    Batch,
+    Case,
+    Companion,
+    case_size,
+)
 
 if TYPE_CHECKING:
+    from ..model.verdict import Verdict
     from .records import Failure
-    from .session import Session
 
 DTYPE_ORDER = (*DTYPES, *PARITY_DTYPES)
 """Dtypes in the order a shrink prefers them (float32 first)."""
 SHRINK_EXAMPLES = 2000
 """Hypothesis' shrink budget for one case: ample; ``stop_at`` is the real bound."""
+
+
+class ShrinkSession(Protocol):
+    """What a shrink uses of the session (``Session`` is one): its target, and how it judges a
+    candidate case and words a leak or a promise finding."""
+
+    target: str
+
+    def judge(self, op: str, prop: str, switch: str, case: Case) -> Verdict: ...
+
+    def leak_message(self, op: str, prop: str, case: Case) -> str | None: ...
+
+    def promise_message(self, op: str, evidence: str) -> str: ...
 
 
 def _int(low: int, high: int, value: int, draws: list[Any]) -> st.SearchStrategy[int] | int:
@@ -130,7 +153,7 @@ class _Same(AssertionError):
 
 
 def shrink(
-    session: Session,
+    session: ShrinkSession,
     failure: Failure,
     stop_at: float | None = None,
     origin: str = "an explicit example",
@@ -193,29 +216,11 @@ def shrink(
     return replace(failure, case=smallest, message=message), how
 
 
-def structure(case: Case) -> tuple:
-    """What a neighbour of a known case keeps of it (``strategies.near``): op, entry, shape,
-    layouts, options and the companions' rows."""
-    rows = tuple(c.rows for c in case.batch.companions) if case.batch is not None else None
-    return (case.op, case.entry, case.shape, case.layouts, case.options, rows, case.padded)
-
-
-def near_known(session: Session, case: Case) -> bool:
-    """Whether ``case`` has the structure of a known batch-variant case: drawn as its
-    neighbour, so Hypothesis' own shrink could only move its data, place and dtype."""
-    from .explicit import variants
-
-    mine = structure(case)
-    return any(structure(k) == mine for k in variants(session, case.op))
-
-
 def _size(case: Case) -> tuple:
-    from .controls import case_size
-
     return case_size(case)[:4]
 
 
-def fails_like(session: Session, failure: Failure, case: Case) -> str | None:
+def fails_like(session: ShrinkSession, failure: Failure, case: Case) -> str | None:
     """What ``case``'s failure says when it fails as ``failure`` did (the same kind, a promise
     finding being a mismatch of the observation, and where it names one the same exception
     type); None when it does not."""
@@ -241,4 +246,4 @@ def fails_like(session: Session, failure: Failure, case: Case) -> str | None:
     return verdict.message
 
 
-__all__ = ["choices_of", "fails_like", "near_known", "reductions", "shrink", "structure"]
+__all__ = ["choices_of", "fails_like", "reductions", "shrink"]

@@ -224,6 +224,19 @@ def class_of(text: str | None) -> str:
         return ""
 
 
+def case_size(case: Case) -> tuple:
+    """An order on cases, smallest first: elements across the batch, then extents, companions
+    and the repr (to break ties). Used to keep the smallest failing case seen while shrinking."""
+    rows = case.shape[0] if case.shape else 0
+    if case.batch is not None:
+        rows += sum(c.rows for c in case.batch.companions)
+    per_row = 1
+    for extent in case.shape[1:]:
+        per_row *= max(extent, 1)
+    companions = 0 if case.batch is None else len(case.batch.companions)
+    return (rows * per_row, sum(case.shape), companions, len(repr(case)), repr(case))
+
+
 def eval_record_repr(text: str, allowed: dict[str, type], kind: str) -> object:
     """Evaluate a record's repr (a report entry, a regressions file) without executing arbitrary
     code: only calls of the ``allowed`` record types with literal arguments are accepted, and the
