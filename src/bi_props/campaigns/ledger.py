@@ -515,6 +515,9 @@ class Ledger:
                 "batch_reach": [  # this run's sessions (a resumed run starts its count anew)
                     {**b, "target": t} for t, r in reports.items() for b in r.get("batch_reach", [])
                 ],
+                "size_reach": [  # this run's sessions, as batch_reach
+                    {**b, "target": t} for t, r in reports.items() for b in r.get("size_reach", [])
+                ],
                 "sweeps": [  # every target's exhaustive 16-bit sweeps (campaigns/sweep.py)
                     {**w, "target": t} for t, r in reports.items() for w in r.get("sweeps", [])
                 ],

@@ -15,13 +15,16 @@ from typing import Any
 from hypothesis import note
 from hypothesis.control import current_build_context
 
+from ..catalogue.scale import reach_points, small_limit
 from ..catalogue.strategies import cases, cases_near_known, control_cases
 from ..integrations import switches
 from ..model import property_spec
 from ..model.batch_reach import BatchReach
 from ..model.case import Case, case_class, case_size
+from ..model.deployment import SizeReach
 from ..model.known import KnownFailure
 from ..model.observation import Hello
+from ..model.op_registry import OPS
 from ..model.space import Space
 from ..reporting.ulp import coverage_extras, reference_ulps
 from ..runner.controller import (
@@ -100,6 +103,8 @@ class Session:
     examples_log: list[dict] = field(default_factory=list, repr=False)
     # (op, property, switch) -> how far its batches reached (batch-wide quantities, thresholds)
     batch_reach: dict[tuple, BatchReach] = field(default_factory=dict, repr=False)
+    # per cell of an op with a deployment axis (OpSpec.scale): how far its examples reached
+    size_reach: dict[tuple, SizeReach] = field(default_factory=dict, repr=False)
     last_failure: Failure | None = field(default=None, repr=False)
     status: str = STATUS_RUNNING  # report.json's "status"; close() turns "running" to "complete"
     strict_controls: bool = False  # a control that saw no variance is a failure (reports say so)
@@ -565,6 +570,14 @@ class Session:
                 **(extras or {}),
             }
         )
+        axis = OPS[op].scale if op in OPS else ""
+        if axis and not self.shrink_note:  # drawn examples: explicit ones are not the search's
+            reach = self.size_reach.get((op, prop, switch))
+            if reach is None:
+                limit = small_limit(self.space, op, axis)
+                reach = SizeReach(axis, reach_points(self.space, axis), limit)
+                self.size_reach[op, prop, switch] = reach
+            reach.add(case)
         if case.batch is not None:
             key = (op, prop, switch)
             if key not in self.batch_reach:

@@ -16,6 +16,7 @@ from .modes import modes_report
 
 if TYPE_CHECKING:
     from ..model.batch_reach import BatchReach
+    from ..model.deployment import SizeReach
 
 
 class ReportSession(EvidenceSession, Protocol):
@@ -35,6 +36,7 @@ class ReportSession(EvidenceSession, Protocol):
     internal_errors: list[str]
     checked: int
     batch_reach: dict[tuple, BatchReach]
+    size_reach: dict[tuple, SizeReach]
     cross_process_checks: int
     sweeps: list[dict]
     switching: dict[str, Any]
@@ -103,6 +105,10 @@ def session_report(session: ReportSession) -> dict[str, Any]:
         "batch_reach": [
             {"op": op, "property": prop, "switch": switch, **reach.to_json()}
             for (op, prop, switch), reach in session.batch_reach.items()
+        ],
+        "size_reach": [
+            {"op": op, "property": prop, "switch": switch, **reach.to_json()}
+            for (op, prop, switch), reach in session.size_reach.items()
         ],
         "cross_process_checks": session.cross_process_checks,
         "sweeps": list(session.sweeps),

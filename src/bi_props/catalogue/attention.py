@@ -617,8 +617,10 @@ def draw_paged_decode_attention(draw: Any, ctx: Any) -> Shape:
 
     context_limit = ctx.space.paged_context
     context = ctx.extents(ctx.clip(ctx.space.rows, low=1, high=context_limit))
-    if ctx.scaled:
-        context = ctx.sizes(1, context_limit)
+    if ctx.scaled:  # half of the time a needle of at most a 16th of the scale's context: a
+        # kernel chosen by the batch's longest shows on a short needle beside a long companion
+        long = draw(ctx.booleans())  # shrinks toward the short needle
+        context = ctx.sizes(1, context_limit if long else max(1, context_limit // 16))
     context = draw(context)
     heads, kv_heads, head_dim = _heads(draw, ctx)
     block_size = draw(ctx.extents(ctx.clip(ctx.space.rows, low=1, high=16), (1, 8, 16)))

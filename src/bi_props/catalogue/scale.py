@@ -17,6 +17,10 @@ from ..model.case import Companion
 from ..model.opspec import OpSpec
 from ..model.space import Extent, Space
 
+PAGED_OPS = ("paged_decode_attention",)
+"""Context ops whose small draws reach the space's ``paged_context`` (the others: its attention
+length)."""
+
 
 @lru_cache(maxsize=64)
 def scale_flag(every: int) -> st.SearchStrategy[bool]:
@@ -110,3 +114,22 @@ def within_budget(
         left -= spec.sample_cost(case, rows)
         out.append(c if rows == c.rows else replace(c, rows=max(rows, 1)))
     return out
+
+
+def small_limit(space: Space, op: str, axis: str) -> int:
+    """The largest size the space's small draws reach along ``axis`` for ``op``: an example
+    past it was drawn at deployment size (the report counts those per cell)."""
+    if axis == "vocab":
+        return space.dim_for(op).max
+    if axis == "context":  # a paged sequence's context, else an attention sequence's length
+        return space.paged_context if op in PAGED_OPS else space.attention_length.max
+    if axis == "positions":
+        return min(space.rows.max, 4096)
+    return space.rows.max + space.max_companions * space.companion_rows.max
+
+
+def reach_points(space: Space, axis: str) -> tuple[int, ...]:
+    """The named sizes a cell's size reach counts along ``axis``."""
+    if axis == "vocab":
+        return named_sizes(space)
+    return tuple(sorted(set(space.scale_points)))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..model.batch_reach import merge_reach
+from ..model.deployment import merge_sizes
 from .data import (
     ACCEPTS_MORE,
     BLIND_CONTROL,
@@ -112,6 +113,9 @@ def render(data: ReportData) -> str:
     not_run = campaign.get("cells_not_run")
     if not_run:
         verdict += f"; {not_run} of {campaign.get('cells_total', '?')} cells not run"
+    small = small_only(r)
+    if small:
+        verdict += f"; {len(small)} cell(s) never left the small sizes"
     degenerate = r.get("degenerate") or {}
     if degenerate.get("examples"):
         verdict += f"; degenerate: {degenerate['examples']:,} of {degenerate.get('of', 0):,}"
@@ -279,6 +283,7 @@ def render(data: ReportData) -> str:
     out.append("")
 
     out.extend(_batch_reach(r))
+    out.extend(_size_reach(r))
     out.extend(_sweeps(r))
 
     out.append(f"## Coverage ({data.lines} examples recorded in examples.jsonl)\n")
@@ -368,6 +373,47 @@ def _batch_reach(r: dict) -> list[str]:
             f"{_crossed(e['crossed']['total_rows'])} | {_crossed(e['crossed']['sequences'])} | "
             f"{_crossed(e['crossed']['longest'])} | {_crossed(e['crossed']['padded'])} | "
             f"{_contents(e.get('contents') or {})} |"
+        )
+    out.append("")
+    return out
+
+
+def _sizes(r: dict) -> list[dict]:
+    return merge_sizes([{"target": r.get("target"), **e} for e in r.get("size_reach", []) or []])
+
+
+def small_only(r: dict) -> list[str]:
+    """The enabled cells of ops with a deployment axis that ran and never drew an example past
+    the space's small sizes: they say nothing about the sizes models run at."""
+    return [
+        cell_name(e["op"], e["property"], e["switch"])
+        for e in _sizes(r)
+        if e.get("switch") == "enabled" and e.get("examples") and not e.get("deployed")
+    ]
+
+
+def _size_reach(r: dict) -> list[str]:
+    """Per cell of an op with a deployment axis: how many examples were drawn past the space's
+    small sizes, the largest size reached and how many reached each named size."""
+    entries = _sizes(r)
+    if not entries:
+        return []
+    out = [
+        "## Deployment sizes reached (this run)\n",
+        "Per cell, along its op's axis (tokens: a batch's total rows; vocab: the last dimension; "
+        "context: the longest sequence; positions: a rotary cache's): examples drawn past the "
+        "space's small sizes, the largest reached, and how many examples reached each named "
+        "size. A cell with none says nothing about a kernel switching at those sizes.\n",
+        "| target | cell | axis | examples | past the small sizes | largest "
+        "| named sizes reached |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for e in entries:
+        deployed = e.get("deployed", 0)
+        out.append(
+            f"| {_cell(e['target'])} | {_cell(cell_name(e['op'], e['property'], e['switch']))} "
+            f"| {e.get('axis')} | {e.get('examples', 0)} | {deployed if deployed else '**none**'} "
+            f"| {e.get('largest', 0)} | {_crossed(e.get('reached') or {})} |"
         )
     out.append("")
     return out
