@@ -16,7 +16,7 @@ The correct library must give no finding at all.
 
     python benchmarks/time_to_bug.py --seeds 1,2 --budget 120 --parallel 2
 
-Goal (issue #12): every class found in all seeds within 120 s, median under 60 s, 0 false findings.
+Goal: every class found in all seeds within 120 s, median under 60 s, 0 false findings.
 Timings depend on the machine's load: state it with the table.
 """
 
@@ -53,6 +53,11 @@ EXPECTED = {
     # mixed batches (their kernel is mixed_attention, KERNEL below)
     "planted_query_tiling": ("mixed_attention", "batch_invariance", "enabled"),
     "planted_split_by_longest": ("mixed_attention", "batch_invariance", "enabled"),
+    # keyed on deployment sizes, reached only by the space's [scale] draws
+    "planted_softmax_chunked": ("log_softmax", "batch_invariance", "enabled"),
+    "planted_long_split_attention": ("attention", "batch_invariance", "enabled"),
+    "planted_paged_v1_v2": ("paged_decode_attention", "batch_invariance", "enabled"),
+    "planted_rope_rescaled": ("rotary_embedding", "batch_invariance", "enabled"),
 }
 CORRECT = "planted_correct"
 KERNEL = {
@@ -61,6 +66,10 @@ KERNEL = {
     "planted_padded_length": "rms_norm",
     "planted_query_tiling": "mixed_attention",
     "planted_split_by_longest": "mixed_attention",
+    "planted_softmax_chunked": "log_softmax",
+    "planted_long_split_attention": "varlen_attention",
+    "planted_paged_v1_v2": "paged_decode_attention",
+    "planted_rope_rescaled": "rotary_embedding",
 }
 """The library's kernel the wrapper slows down, where it is not ``mm`` (the library's own
 ``enable`` installs it, looked up when it runs); such a library's campaign runs on its op alone

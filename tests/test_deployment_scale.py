@@ -165,3 +165,30 @@ def test_size_reach_counts_deployment_examples_and_named_sizes() -> None:
     assert data["reached"] == {"1024": 1, "32000": 1}
     merged = merge_sizes([{"op": "x", **data}, {"op": "x", **data}])
     assert merged[0]["deployed"] == 2 and merged[0]["reached"]["32000"] == 2
+
+
+def test_a_near_tie_of_huge_scores_is_within_the_attention_bound() -> None:
+    """Found by a deployment-size draw: 511 tokens of wide bf16 values, where two scores of
+    5.16e9 tie in float32 (an ulp is 512) but not in float64, so stock attention (float32
+    internals) weights another key than the reference. Once the score errors reach order 1 the
+    bound is the hull of the values the query sees; a first-order bound relative to the
+    reference's weights (a nearly one-hot row) failed stock here."""
+    from bi_props.execution.execute import observe
+    from bi_props.model import properties
+    from bi_props.targets.base import Target
+
+    class Stock(Target):
+        def activate(self) -> None:
+            pass
+
+    case = Case(
+        "attention",
+        "bi_props.ops.varlen_attention",
+        "bfloat16",
+        (511, 1, 1, 8),
+        ("contiguous",) * 3,
+        "wide",
+        2251,
+    )
+    verdict = properties.reference(observe("reference", case, Stock(), "enabled"))
+    assert verdict.ok, verdict.message

@@ -106,11 +106,20 @@ def _causal_reference(
             d = _gamma(head_dim + 2, u) * np.where(mask, 0, score_mag).max(-1)
             spread = np.where(mask, 0, np.abs(scores - m)).max(-1)
             rel = 2 * d + u * (2 * spread + 8) + 2 * _gamma(lk + head_dim, u)
+            rel = rel.T[:, :, None]  # (I, H, 1)
+            # rel * sum p|v| is first order in the score errors: once they reach order 1 (huge
+            # scores: wide values, near-ties far apart in float32) any visible key may win, and
+            # the one bound that holds is the hull of the values it sees (nonnegative weights
+            # summing to 1, each rounded). Query i sees the keys up to lk - lq + i: a prefix.
+            seen = lk - lq + np.arange(lq)
+            top_v = np.maximum.accumulate(vs, axis=0)[seen]
+            low_v = np.minimum.accumulate(vs, axis=0)[seen]
+            largest_v = np.maximum(np.abs(top_v), np.abs(low_v))
+            hull = np.maximum(top_v - out, out - low_v) * (1 + 4 * u) + 4 * u * largest_v
+            worst = np.where(rel < 1, rel * weighted, hull)
             value[sl] = out
-            error[sl], linear = softmax_value_error(
-                qs, ks, vs, scale, mask, u, acc, rel.T[:, :, None] * weighted
-            )
-            magnitude[sl] = np.where(linear, np.abs(out), weighted)
+            error[sl], linear = softmax_value_error(qs, ks, vs, scale, mask, u, acc, worst)
+            magnitude[sl] = np.where(linear, np.abs(out), np.where(rel < 1, weighted, largest_v))
     # softmax_value_error counts the final division's (or reciprocal and product's) roundings.
     bound = _output_rounding(value, error, case.dtype, magnitude, acc, last_counted=True)
     return (Reference(value, bound, case.dtype, acc),)
@@ -225,7 +234,8 @@ ATTENTION_BOUND = (
     " spread(q.k_j) + 2 s_j^2 + (s_j - max)^2 + 4) + sum_j (p_j v_j)^2 + 2 out^2 (1 + spread(p))"
     " + 2 spread(p v) + 2 spread(c), spread = a chain's squared partial sums as in sum_error"
     " (softmax_value_error); plus the accumulator's smallest normal times sum |v_j|; rows whose"
-    " score error passes 0.05 keep the worst case (2 gamma~ score errors relative to sum p |v|);"
+    " score error passes 0.05 keep the worst case (2 gamma~ score errors relative to sum p |v|,"
+    " or once those reach 1 the hull of the values the query sees);"
     " then one rounding to the output dtype unless it is the internals' own, and the smallest"
     " normal"
 )
