@@ -192,3 +192,23 @@ def test_a_near_tie_of_huge_scores_is_within_the_attention_bound() -> None:
     )
     verdict = properties.reference(observe("reference", case, Stock(), "enabled"))
     assert verdict.ok, verdict.message
+
+
+def test_the_report_names_the_sizes_reached_and_the_cells_that_stayed_small() -> None:
+    from bi_props.reporting.verdict import deployment_line, small_only
+
+    reach = SizeReach("context", (512, 1024), small_limit=32)
+    needle = Case("attention", "", "float32", (600, 1, 1, 8), ("contiguous",) * 3, "general", 0)
+    from bi_props.model.case import Batch
+
+    reach.add(replace(needle, batch=Batch(0, (Companion(1, 900),))))
+    reach.add(replace(needle, shape=(2000, 1, 1, 8), batch=Batch(0, (Companion(1, 100),))))
+    big = {"op": "attention", "property": "batch_invariance", "switch": "enabled"}
+    stayed = {**big, "op": "mm", "axis": "tokens", "examples": 5, "largest": 40, "deployed": 0}
+    report = {"target": "t", "size_reach": [{**big, **reach.to_json()}, stayed]}
+    assert reach.to_json()["needle_beside_longer"] == 600
+    assert small_only(report) == ["mm batch_invariance [enabled]"]
+    line = deployment_line(report)
+    assert "2,000 keys in a sequence (attention)" in line
+    assert "a needle of 600 keys beside a longer sequence (attention)" in line
+    assert "1 of 2 enabled cells with a deployment axis never left the small sizes" in line

@@ -431,8 +431,9 @@ def _heads(draw: Any, ctx: Any) -> tuple[int, int, int]:
 
 def long_needle(ctx: Any) -> Any:
     """A deployment-size needle's length: a named size or any, at most what leaves three
-    quarters of the example's budget to a longer companion (scores cost length squared)."""
-    top = max(1, math.isqrt(ctx.space.max_elements // 8))
+    quarters of the example's budget to a longer companion (scores cost length squared: 512
+    keys on the cpu profile's budget)."""
+    top = max(1, math.isqrt(ctx.space.max_elements // 4))
     return ctx.sizes(1, min(top, ctx.space.attention_length.max))
 
 

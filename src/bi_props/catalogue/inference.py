@@ -446,7 +446,7 @@ def draw_logits(draw: Any, ctx: Any) -> Shape:
     deployment-size example: a vocabulary size or any up to the largest)."""
     vocab = ctx.extents(ctx.clip(ctx.dim_extent, low=1))
     if ctx.scaled:
-        vocab = ctx.sizes(ctx.dim_extent.max + 1, max(ctx.space.vocab_sizes))
+        vocab = ctx.vocabulary()
     return (draw(ctx.rows), draw(vocab)), {}
 
 

@@ -301,7 +301,7 @@ def draw_softmax(draw: Any, ctx: Any) -> Shape:
         rank = 2
         shape = (
             draw(ctx.rows),
-            draw(ctx.sizes(ctx.dim_extent.max + 1, max(ctx.space.vocab_sizes))),
+            draw(ctx.vocabulary()),
         )
     else:
         rank = draw(ctx.integers(2, 3))

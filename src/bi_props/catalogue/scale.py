@@ -36,18 +36,18 @@ def named_sizes(space: Space) -> tuple[int, ...]:
 
 @lru_cache(maxsize=1024)
 def _sizes(low: int, high: int, named: tuple[int, ...]) -> st.SearchStrategy[int]:
-    points = tuple(p for p in named if low <= p <= high)
+    # each named size and its two neighbours, in order: shrinking the index moves to the
+    # smallest candidate that still fails (1,025 for a kernel switching past 1,024)
+    candidates = tuple(sorted({c for p in named for c in (p - 1, p, p + 1) if low <= c <= high}))
     plain = st.integers(low, high)
-    if not points:
+    if not candidates:
         return plain
 
-    def place(drawn: tuple[bool, int, int, int]) -> int:
-        on_point, point, offset, v = drawn
-        return min(max(point + offset, low), high) if on_point else v
+    def place(drawn: tuple[bool, int, int]) -> int:
+        on_candidate, candidate, v = drawn
+        return candidate if on_candidate else v
 
-    return st.tuples(
-        st.booleans(), st.sampled_from(points), st.sampled_from((0, -1, 1)), plain
-    ).map(place)
+    return st.tuples(st.booleans(), st.sampled_from(candidates), plain).map(place)
 
 
 def sizes(space: Space, low: int, high: int) -> st.SearchStrategy[int]:
@@ -55,6 +55,23 @@ def sizes(space: Space, low: int, high: int) -> st.SearchStrategy[int]:
     toward ``low``."""
     high = max(low, high)
     return _sizes(low, high, named_sizes(space))
+
+
+@lru_cache(maxsize=64)
+def _vocabularies(low: int, high: int, vocab: tuple[int, ...], named: tuple[int, ...]):
+    exact = tuple(v for v in vocab if low <= v <= high)
+    other = _sizes(low, high, named)
+    if not exact:
+        return other
+    return st.one_of(other, st.sampled_from(exact))  # shrinks toward the sizes branch
+
+
+def vocabulary(space: Space, low: int) -> st.SearchStrategy[int]:
+    """A vocabulary-wide last dimension: half of the time one of the space's vocabulary sizes
+    exactly (what logits are), else ``sizes`` from ``low`` up to the largest, toward which it
+    shrinks (a failure needing 1,025 logits shrinks to 1,025, not to a vocabulary)."""
+    high = max(low, max(space.vocab_sizes))
+    return _vocabularies(low, high, tuple(sorted(space.vocab_sizes)), named_sizes(space))
 
 
 def deployment_space(space: Space, axis: str) -> Space:

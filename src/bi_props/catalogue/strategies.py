@@ -21,7 +21,14 @@ from ..model.opspec import OpSpec, out_dtype
 from ..model.property_spec import get as get_property
 from ..model.space import Extent, Space
 from .models import ENGINE_MAX_COMPANIONS, ENGINE_MAX_TOKENS
-from .scale import deployment_space, largest_rows, scale_flag, sizes, within_budget
+from .scale import (
+    deployment_space,
+    largest_rows,
+    scale_flag,
+    sizes,
+    vocabulary,
+    within_budget,
+)
 
 
 def __getattr__(name: str) -> Any:
@@ -121,6 +128,11 @@ class ShapeContext:
     def sizes(self, low: int, high: int) -> st.SearchStrategy[int]:
         """A size in [low, high], half of the time a named deployment size or one off it."""
         return sizes(self.space, low, high)
+
+    def vocabulary(self) -> st.SearchStrategy[int]:
+        """A deployment-size last dimension of logits: a vocabulary size half of the time, else
+        a size past the op's small extent."""
+        return vocabulary(self.space, self.dim_extent.max + 1)
 
     @property
     def row_wise(self) -> bool:

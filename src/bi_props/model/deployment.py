@@ -59,6 +59,9 @@ class SizeReach:
     largest: int = 0
     deployed: int = 0
     reached: dict[int, int] = field(default_factory=dict)
+    needle_beside_longer: int = 0
+    """Context axis: the longest needle drawn beside a longer companion (what a kernel choosing
+    its split from the batch's longest sequence needs to show)."""
 
     def add(self, case: Case) -> None:
         size = size_of(self.axis, case)
@@ -69,6 +72,10 @@ class SizeReach:
         for p in self.points:
             if size >= p:
                 self.reached[p] = self.reached.get(p, 0) + 1
+        if self.axis == "context" and case.batch is not None and case.shape:
+            needle = int(case.shape[0])
+            if any(c.rows > needle for c in case.batch.companions):
+                self.needle_beside_longer = max(self.needle_beside_longer, needle)
 
     def to_json(self) -> dict[str, Any]:
         """Sizes never reached are listed with 0: an absent key would read as unknown."""
@@ -79,6 +86,11 @@ class SizeReach:
             "small_limit": self.small_limit,
             "deployed": self.deployed,
             "reached": {str(p): self.reached.get(p, 0) for p in self.points},
+            **(
+                {"needle_beside_longer": self.needle_beside_longer}
+                if self.axis == "context"
+                else {}
+            ),
         }
 
 
@@ -94,7 +106,9 @@ def merge_sizes(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         for k in ("examples", "deployed"):
             into[k] = int(into.get(k, 0)) + int(entry.get(k, 0))
-        into["largest"] = max(int(into.get("largest", 0)), int(entry.get("largest", 0)))
+        for k in ("largest", "needle_beside_longer"):
+            if k in entry:
+                into[k] = max(int(into.get(k, 0)), int(entry[k]))
         for p, n in (entry.get("reached") or {}).items():
             into["reached"][p] = int(into["reached"].get(p, 0)) + int(n)
     return list(merged.values())

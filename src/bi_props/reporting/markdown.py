@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from ..model.batch_reach import merge_reach
-from ..model.deployment import merge_sizes
 from .data import (
     ACCEPTS_MORE,
     BLIND_CONTROL,
@@ -20,7 +19,7 @@ from .data import (
     unclaimed_text,
     widenings,
 )
-from .verdict import verdict_line
+from .verdict import size_entries, small_only, verdict_line
 
 MAX_COVERAGE_ROWS = 200
 
@@ -378,24 +377,10 @@ def _batch_reach(r: dict) -> list[str]:
     return out
 
 
-def _sizes(r: dict) -> list[dict]:
-    return merge_sizes([{"target": r.get("target"), **e} for e in r.get("size_reach", []) or []])
-
-
-def small_only(r: dict) -> list[str]:
-    """The enabled cells of ops with a deployment axis that ran and never drew an example past
-    the space's small sizes: they say nothing about the sizes models run at."""
-    return [
-        cell_name(e["op"], e["property"], e["switch"])
-        for e in _sizes(r)
-        if e.get("switch") == "enabled" and e.get("examples") and not e.get("deployed")
-    ]
-
-
 def _size_reach(r: dict) -> list[str]:
     """Per cell of an op with a deployment axis: how many examples were drawn past the space's
     small sizes, the largest size reached and how many reached each named size."""
-    entries = _sizes(r)
+    entries = size_entries(r)
     if not entries:
         return []
     out = [
@@ -410,10 +395,13 @@ def _size_reach(r: dict) -> list[str]:
     ]
     for e in entries:
         deployed = e.get("deployed", 0)
+        largest = str(e.get("largest", 0))
+        if "needle_beside_longer" in e:
+            largest += f" (needle beside a longer one: {e['needle_beside_longer']})"
         out.append(
             f"| {_cell(e['target'])} | {_cell(cell_name(e['op'], e['property'], e['switch']))} "
             f"| {e.get('axis')} | {e.get('examples', 0)} | {deployed if deployed else '**none**'} "
-            f"| {e.get('largest', 0)} | {_crossed(e.get('reached') or {})} |"
+            f"| {largest} | {_crossed(e.get('reached') or {})} |"
         )
     out.append("")
     return out

@@ -137,6 +137,9 @@ def evidence_lines(report: dict) -> list[str]:
     if evidence.get("judged") is None:
         return []
     lines = [evidence_sentence(evidence)]
+    deployment = deployment_line(report)
+    if deployment:
+        lines.append(deployment)
     thin = thin_evidence(report)
     if thin:
         lines.append(
@@ -170,4 +173,53 @@ def degenerate_line(report: dict) -> str:
     return (
         f"degenerate: {d['examples']:,} of {d.get('of', 0):,} examples (compared no element "
         "that could differ, or both calls raised the same error: not counted as passes)"
+    )
+
+
+AXIS_WORDS = {
+    "vocab": "logits in a row",
+    "context": "keys in a sequence",
+    "positions": "rotary positions",
+    "tokens": "rows in a batch",
+}
+
+
+def size_entries(r: dict) -> list[dict]:
+    """report.json's per-cell deployment-size reach, one entry per cell (sessions merged)."""
+    from ..model.deployment import merge_sizes
+
+    return merge_sizes([{"target": r.get("target"), **e} for e in r.get("size_reach", []) or []])
+
+
+def small_only(r: dict) -> list[str]:
+    """The enabled cells of ops with a deployment axis that ran and never drew an example past
+    the space's small sizes: they say nothing about the sizes models run at."""
+    return [
+        cell_name(e["op"], e["property"], e["switch"])
+        for e in size_entries(r)
+        if e.get("switch") == "enabled" and e.get("examples") and not e.get("deployed")
+    ]
+
+
+def deployment_line(report: dict) -> str:
+    """ "Deployment sizes reached: 151,936 logits in a row (log_softmax), ...; 90 of 200 cells
+    never left the small sizes": the largest size per axis over the run's cells, the longest
+    needle drawn beside a longer sequence, and how many cells stayed small; "" without any."""
+    entries = size_entries(report)
+    if not entries:
+        return ""
+    best: dict[str, tuple[int, str]] = {}
+    for e in entries:
+        axis, largest = e.get("axis"), int(e.get("largest", 0))
+        if axis in AXIS_WORDS and largest > best.get(axis, (0, ""))[0]:
+            best[axis] = (largest, e["op"])
+    parts = [f"{n:,} {AXIS_WORDS[axis]} ({op})" for axis, (n, op) in best.items()]
+    needles = [(int(e.get("needle_beside_longer", 0)), e["op"]) for e in entries]
+    needle, op = max(needles, default=(0, ""))
+    if needle:
+        parts.append(f"a needle of {needle:,} keys beside a longer sequence ({op})")
+    enabled = sum(1 for e in entries if e.get("switch") == "enabled" and e.get("examples"))
+    return (
+        f"Deployment sizes reached: {'; '.join(parts)}; {len(small_only(report))} of {enabled} "
+        "enabled cells with a deployment axis never left the small sizes"
     )
