@@ -16,7 +16,8 @@ import pytest
 
 PLANTED = Path(__file__).parent / "planted"
 pytestmark = pytest.mark.campaign
-GENERAL = '[values]\nchoices = ["general"]\n'
+# deployment sizes: tests/test_fuzz_deployment.py; these budgets were measured without them
+GENERAL = '[values]\nchoices = ["general"]\n[scale]\nevery = 0\n'
 
 
 def _fuzz(out: Path, space: Path, budget: int, *extra: str) -> tuple[int, dict, str]:

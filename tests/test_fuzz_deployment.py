@@ -28,20 +28,27 @@ from planted_fuzz import fuzz_planted
 CPU_SPACE = (bundled_dir() / "cpu.toml").read_text()
 
 
-def _companions(case: Case) -> list[int]:
-    return [c.rows for c in case.batch.companions]
+def _lengths(case: Case) -> list[int]:
+    """Every sample's rows, longest first (a window may judge any of them, not only the
+    needle's)."""
+    return sorted([case.shape[0], *(c.rows for c in case.batch.companions)], reverse=True)
 
 
 CLASSES: dict[str, tuple[str, Callable[[Case], bool]]] = {
     "planted_softmax_chunked": (
         "softmax,log_softmax",
-        lambda case: case.shape[-1] > 1024 and case.shape[0] + sum(_companions(case)) > 64,
+        lambda case: case.shape[-1] > 1024 and sum(_lengths(case)) > 64,
     ),
+    # a sequence past one chunk beside a longer one past 512 keys
     "planted_long_split_attention": (
         "attention",
-        lambda case: case.shape[0] > 256 and max(_companions(case)) > 512,
+        lambda case: _lengths(case)[0] > 512 and _lengths(case)[1] > 256,
     ),
-    "planted_paged_v1_v2": ("paged_decode_attention", lambda case: max(_companions(case)) > 512),
+    # a sequence of 2 to 512 keys beside one past 512
+    "planted_paged_v1_v2": (
+        "paged_decode_attention",
+        lambda case: _lengths(case)[0] > 512 and any(2 <= n <= 512 for n in _lengths(case)[1:]),
+    ),
     "planted_rope_rescaled": ("rotary_embedding", lambda case: case.shape[-1] > 4096),
 }
 

@@ -40,6 +40,8 @@ boundaries = [16, 64]
 [batch]
 max_companions = 3
 companion_rows = { min = 1, max = 128 }
+[scale]
+every = 0  # deployment sizes: tests/test_fuzz_deployment.py; this budget was measured without them
 """
 
 

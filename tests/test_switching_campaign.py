@@ -29,6 +29,8 @@ dim = { min = 1, max = 8 }
 [batch]
 max_companions = 2
 companion_rows = { min = 1, max = 16 }
+[scale]
+every = 0  # deployment sizes: tests/test_fuzz_deployment.py; this budget was measured without them
 """
 
 

@@ -86,11 +86,46 @@ def test_a_sample_window_maps_each_sequence_to_its_own_rows(monkeypatch, positio
         batch=Batch(position, companions),
     )
     windows = batch_windows(case)
-    assert [len(w.samples) for w in windows] == [3, 2]  # the needle and 2, then 1 companions
+    # the needle and 2, then 1 companions; then the 4 companions without the needle
+    assert [len(w.samples) for w in windows] == [3, 2, 4]
     verdict = _judge(case)
     assert verdict.ok is not buggy, verdict
     if buggy:
         assert "the needle with the first 1 of its 4 companions" in verdict.message
     else:
-        first, second = (w.rows for w in windows)
-        assert verdict.rows == 4 + first + second and first == 4 + 3 + 1 and second == 4 + 3
+        first, second, without = (w.rows for w in windows)
+        assert verdict.rows == 4 + first + second + without
+        assert (first, second, without) == (4 + 3 + 1, 4 + 3, 3 + 1 + 5 + 2)
+
+
+def test_the_batch_without_its_needle_shows_a_kernel_keyed_on_the_longest_needle() -> None:
+    """A paged decode kernel chosen by the batch's longest context (v1 up to 512 tokens, v2
+    past it), the needle the longest: alone and in every window that keeps it, the batch is
+    past 512, so only its companions alone (v1) against the whole batch (v2) can show it."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).parent / "planted"))
+    import planted_paged_v1_v2
+
+    import bi_props.ops as ops
+
+    stock = ops.paged_decode_attention
+    planted_paged_v1_v2.enable(True)
+    try:
+        case = Case(
+            "paged_decode_attention",
+            "bi_props.ops.paged_decode_attention",
+            "float32",
+            (2048, 1, 1, 8, 16),
+            ("contiguous",) * 3,
+            "general",
+            3,
+            {"placement": 0},
+            batch=Batch(0, (Companion(4, 300), Companion(5, 100))),
+        )
+        verdict = _judge(case)
+    finally:
+        ops.paged_decode_attention = stock
+    assert not verdict.ok
+    assert "the batch without its needle (its 2 companions alone)" in verdict.message

@@ -380,9 +380,11 @@ def cases(
     (a target whose users call another function, e.g. torch_npu's)."""
     info = OPS[op]
     spec = get_property(prop)
-    # One example in the space's scale_every at deployment size along the op's axis (the flag
-    # shrinks toward the small draw); an op without an axis draws nothing here.
-    scaled = bool(info.scale) and space.scale_every > 0 and draw(scale_flag(space.scale_every))
+    # One example in the space's scale_every at deployment size along the op's axis, twice as
+    # often where the property compares a batch (a kernel chosen by the batch's size shows
+    # there); the flag shrinks toward the small draw; an op without an axis draws nothing here.
+    every = space.scale_every if not spec.batched else max(1, space.scale_every // 2)
+    scaled = bool(info.scale) and space.scale_every > 0 and draw(scale_flag(every))
     if scaled:
         space = deployment_space(space, info.scale)
     shape, options = _op_shape_and_options(draw, space, info, prop, scaled)

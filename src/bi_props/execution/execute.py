@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -231,7 +231,34 @@ def batch_windows(case: Case, logical: list[Any] | None = None) -> list[_Window]
             at += owned[u]
         label = describe("samples", keep, len(companions))
         out.append(_Window(label, window, batch_samples(window), None, pairs))
+    if most and companions and info.companion_output_rows is None and not case.padded:
+        alone = _without_needle(case, samples, owned, starts)
+        if alone.pairs:
+            out.append(alone)
     return out
+
+
+def _without_needle(
+    case: Case, samples: list[tuple[int, int]], owned: list[int], starts: list[int]
+) -> _Window:
+    """The batch without its needle: its companions alone, in order, the first one standing in
+    as the case's needle. Every window above keeps the needle, so a kernel keyed on the batch's
+    longest sequence, with the needle the longest, never changes path in them; here it can, and
+    each companion's rows are judged against the whole batch's."""
+    assert case.batch is not None
+    position, companions = case.batch.position, case.batch.companions
+    first = companions[0]
+    window = replace(
+        case, shape=(first.rows, *case.shape[1:]), seed=first.seed, batch=Batch(0, companions[1:])
+    )
+    index = [i if i < position else i + 1 for i in range(len(companions))]
+    pairs, at = [], 0
+    for u in index:
+        if _judged(samples[u][0]):
+            pairs.append((at, starts[u], owned[u]))
+        at += owned[u]
+    label = f"the batch without its needle (its {len(companions)} companions alone)"
+    return _Window(label, window, [samples[u] for u in index], None, pairs)
 
 
 def _judged(seed: int) -> bool:

@@ -143,16 +143,17 @@ class Space:
     # A paged decode sequence's context (the needle's and each companion's), small draws.
     paged_context: int = 512
     # Deployment sizes ([scale]; model/deployment.py): one example in ``scale_every`` of an op
-    # with a deployment axis (OpSpec.scale) is drawn at the sizes models run at (0: never):
-    # vocabulary-wide last dims, long contexts, far positions, steps of thousands of tokens,
-    # each on a named size or one off it, and within ``max_elements`` (the example's cost).
-    scale_every: int = 8
+    # with a deployment axis (OpSpec.scale) is drawn at the sizes models run at (0: never;
+    # properties comparing a batch: twice as often): vocabulary-wide last dims, long contexts,
+    # far positions, steps of thousands of tokens, each on a named size or one off it, and
+    # within ``max_elements`` (the example's cost).
+    scale_every: int = 16
     vocab_sizes: tuple[int, ...] = VOCAB_SIZES
     scale_points: tuple[int, ...] = SCALE_POINTS
     max_context: int = 8192
     max_position: int = 65536
     max_tokens: int = 8192
-    max_elements: int = 1 << 22
+    max_elements: int = 1 << 20
     op_dim: dict[str, Extent] = field(default_factory=dict)
     # Engine scenarios (bi_props.catalogue.scenarios): their own limits, [scenarios] table.
     scenarios: ScenarioSpace = field(default_factory=ScenarioSpace)
