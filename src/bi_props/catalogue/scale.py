@@ -94,6 +94,8 @@ def deployment_space(space: Space, axis: str) -> Space:
             space,
             attention_length=Extent(space.attention_length.min, top),
             paged_context=max(space.paged_context, top),
+            # a many-sequence batch may hold long ones too (the budget still bounds its cost)
+            max_batch_tokens=max(space.max_batch_tokens, 2 * top),
             rows=Extent(space.rows.min, max(space.rows.max, top)),
             companion_rows=Extent(space.companion_rows.min, max(space.companion_rows.max, top)),
             thresholds=tuple(sorted(set(space.thresholds) | {p for p in named if p <= top})),
