@@ -55,6 +55,8 @@ def test_deployment_draws_stay_within_the_scale_and_the_budget(op: str) -> None:
     @given(st.sampled_from(spec.properties), st.data())
     def run(prop, data):
         case = data.draw(cases(ALWAYS, op, prop))
+        if spec.scale == "tokens" and case.batch is None:
+            return  # a batch's size: only the properties comparing a batch draw it
         size = size_of(spec.scale, case)
         if spec.scale == "vocab":
             assert size <= max(CPU.vocab_sizes), case

@@ -383,8 +383,11 @@ def cases(
     # One example in the space's scale_every at deployment size along the op's axis, twice as
     # often where the property compares a batch (a kernel chosen by the batch's size shows
     # there); the flag shrinks toward the small draw; an op without an axis draws nothing here.
+    # A batch of thousands of tokens (the tokens axis) is a batch's size: only the properties
+    # comparing a batch draw it; a vocabulary, a context or positions are a sample's own.
     every = space.scale_every if not spec.batched else max(1, space.scale_every // 2)
-    scaled = bool(info.scale) and space.scale_every > 0 and draw(scale_flag(every))
+    axis = info.scale if (info.scale != "tokens" or spec.batched) else ""
+    scaled = bool(axis) and space.scale_every > 0 and draw(scale_flag(every))
     if scaled:
         space = deployment_space(space, info.scale)
     shape, options = _op_shape_and_options(draw, space, info, prop, scaled)
