@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from bi_props.campaigns.scheduler import CONTROL_SHARE, Item, Scheduler, behaviours
+from bi_props.campaigns.scheduler import (
+    CONTROL_SHARE,
+    KNOWN_TURN_S,
+    Item,
+    Scheduler,
+    behaviours,
+)
 
 
 def _run(schedule: Scheduler, cost: dict, until: float, lines=None) -> list[tuple[float, Item]]:
@@ -388,3 +394,21 @@ def test_a_cell_below_its_floor_or_with_known_cases_pending_jumps_the_queue() ->
     assert s.next(1.0)[0] is floored
     floored.judged = 10
     assert not floored.urgent
+
+
+def test_known_cases_pending_run_before_other_cells_first_turns() -> None:
+    """A control that saw the stock kernel vary early hands its cases to a cell that has had its
+    first turn: they run at once, in a short turn, not after 200 other cells' first turns."""
+    s = Scheduler(180.0)
+    early, *later = (s.add(Item(f"op{i}")) for i in range(5))
+    s.done(early, 0.01, 2)
+    early.pending = True
+    item, limit = s.next(1.0)
+    assert item is early and limit <= KNOWN_TURN_S
+    s.done(early, limit, 1)
+    # one early turn a cell: cases still pending wait for the first turns (then jump the queue)
+    assert s.next(2.0)[0] in later
+    failed = later[0]
+    s.done(failed, 0.01, 2)
+    failed.pending, failed.failed = True, True  # a cell with a finding has its answer
+    assert s.next(3.0)[0] in later[1:]

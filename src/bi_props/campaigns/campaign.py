@@ -426,7 +426,9 @@ class Campaign:
             for other in schedule.cells():
                 o_target, o_cell = other.key
                 if o_target == target and o_cell.op == op and not other.done:
-                    other.pending = bool(pending(session, o_cell.op, o_cell.prop, o_cell.switch))
+                    other.pending = session.explicit_examples and bool(
+                        pending(session, o_cell.op, o_cell.prop, o_cell.switch)
+                    )
         ledger.turn(
             "control", target, f"control {op} {prop}", ran, seconds, 0.0, turn_end - started
         )
@@ -465,7 +467,10 @@ class Campaign:
         shrink_s = cell.shrink_s - shrink_before
         ledger.turn("cell", target, cell.name, ran, seconds, shrink_s, turn_end - started)
         item.judged = state.session.judged.get((cell.op, cell.prop, cell.switch), 0)
-        item.pending = bool(pending(state.session, cell.op, cell.prop, cell.switch))
+        item.pending = state.session.explicit_examples and bool(
+            pending(state.session, cell.op, cell.prop, cell.switch)
+        )
+        item.failed = item.failed or cell.findings > 0
         new = schedule.done(item, seconds, ran, lines, finished=cell.done, shrink_s=shrink_s)
         if cell.done:
             outcome = done_outcome(ledger, new_before, reseen_before, cell.retired_why)

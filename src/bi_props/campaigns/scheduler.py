@@ -63,11 +63,16 @@ turn's time limit. Its policy, in order:
    short campaign over many cells still shrinks. A shrink cut there is recorded with the
    smallest failing case seen, and says why; once every cell has had a turn, a shrink may run to
    the budget's end.
-5. **The floor and the known cases before novelty.** Once every cell has had its first turn, a
-   cell with a *floor* (a claimed op's enabled reference and batch-invariance cells: ``[runner]
-   min_judged`` judged examples, or the run is thin) that is below it, or a cell with explicit
-   cases pending (known batch-variant cases a negative control found after the cell's last
-   turn), takes the next turn: pending cases first, then the cell furthest below its floor. A
+5. **The first known case at once, the floor before novelty.** A cell with explicit cases
+   pending (known batch-variant cases a negative control found after the cell's first turn),
+   that has recorded no finding yet, takes one short turn (``KNOWN_TURN_S``: its smallest known
+   case at least) before any other cell's, first turns included: a kernel as batch-variant as
+   stock fails there, so that evidence must not wait on the luck of the budget (on a loaded
+   2-core machine the first turns of 221 cells once outlasted a 180 s budget). Once every cell
+   has had its first turn, a cell with a *floor* (a claimed op's enabled reference and
+   batch-invariance cells: ``[runner] min_judged`` judged examples, or the run is thin) that is
+   below it, or with known cases still pending, takes the next turn: pending cases first, then
+   the cell furthest below its floor. A
    cell that has run ``FLOOR_PATIENCE`` x its floor in examples without reaching it (its
    examples are degenerate, say) no longer jumps the queue.
 6. **A stated evidence size ends turns, not time.** With ``examples_per_cell`` (``bi-props fuzz
@@ -97,6 +102,9 @@ per example (the kernel runs on the whole batch and on the needle alone), so sha
 NOVELTY_DECAY = 0.5
 NOVELTY_CAP = 8.0
 FIRST_TURN_MARGIN = 2.0  # a shrink's reserve per first turn still due, in mean first turns
+KNOWN_TURN_S = 0.5
+"""A turn that runs a cell's pending known cases: one case at least (no case starts after the
+turn's end once one has run), so a short turn each until none is pending."""
 FLOOR_PATIENCE = 4
 """A cell below its floor jumps the queue until it has run this many times its floor."""
 
@@ -125,6 +133,8 @@ class Item:
     floor: int = 0  # judged examples the cell must reach (the module's policy 5)
     judged: int = 0  # judged examples so far (the campaign updates it after each turn)
     pending: bool = False  # explicit cases wait for the cell's next turn (policy 5)
+    jumped: bool = False  # had its one early turn for known cases (policy 5)
+    failed: bool = False  # recorded a finding in this run (no early turn for known cases)
 
     @property
     def urgent(self) -> bool:
@@ -234,6 +244,15 @@ class Scheduler:
                 return control, min(share_left, left, self._turn_s(), fair)
         if not live_cells:
             return None
+        # Known cases before anything new (the policy's 5): a negative control that has just
+        # seen the stock kernel vary hands its cases to the op's enabled cells, which run them
+        # in a short turn at once, not after every other cell's first turn (on a loaded 2-core
+        # machine that came too late for a 180 s budget).
+        known = [c for c in live_cells if c.pending and c.turns and not c.jumped and not c.failed]
+        if known:
+            cell = min(known, key=lambda c: (c.turns, c.order))
+            cell.jumped = True
+            return cell, min(KNOWN_TURN_S, self._turn_s(), left)
         first = [c for c in live_cells if c.turns == 0]
         if first:
             started: dict[Any, int] = {}  # first turns taken per target
