@@ -25,6 +25,10 @@ KNOWN = {
     "addmm": "bias must be a 1D tensor",
     "softmax": "Expected reduction dim -1 to have non-zero size",
 }
+# Its precision findings in 16-bit dtypes (reference cells: the stock op computes in float32
+# and rounds once): linear rounds x @ W^T to the input dtype before adding the bias (3 bf16 ulps
+# where they cancel), softmax runs max, exp, sum and division in bfloat16.
+KNOWN_PRECISION = {"linear", "softmax"}
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +76,8 @@ def test_routing_reaches_the_wheels_kernels(lane):
 
 
 def test_what_holds_and_what_was_found(lane):
-    """Every failure is a recorded, reproduced, known host-logic finding; every op is
-    batch-invariant and deterministic where it returns."""
+    """Every failure is a recorded, reproduced, known finding (host logic, or 16-bit precision
+    below the stock op's); every op is batch-invariant and deterministic where it returns."""
     regressions = [o for n, o in lane.outcomes.items() if n.startswith("test_regression")]
     assert regressions == [("passed", "")] * 5, regressions
     # a cell's known cases (test_known_cases) are its examples too: the same cell
@@ -88,8 +92,13 @@ def test_what_holds_and_what_was_found(lane):
     assert failed == recorded, (failed, recorded)
     assert lane.report["switching"]["message"].startswith("not applicable: "), lane.report
     for f in lane.report["findings"]:
+        assert f["reproduced_in_fresh_process"] is True, f
+        if f["kind"] == "mismatch":
+            assert f["op"] in KNOWN_PRECISION and f["property"] == "reference", f
+            assert f["case_class"].split("/")[0] in ("bfloat16", "float16"), f
+            continue
         assert f["op"] in KNOWN and KNOWN[f["op"]] in f["message"], f
-        assert f["kind"] == "error" and f["reproduced_in_fresh_process"] is True, f
+        assert f["kind"] == "error", f
     for op in OPS:
         for prop in ("batch_invariance", "determinism"):
             outcome, message = lane.outcomes[f"test_property[{op}-{prop}-enabled]"]
