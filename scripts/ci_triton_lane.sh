@@ -3,7 +3,7 @@
 # kernels) run on CPU by Triton's interpreter (TRITON_INTERPRET=1), in their own virtual
 # environment (.venv-triton; triton and SGLang must not leak into the main .venv).
 #
-#   1. tests/triton_lane/lane_compat.py: the interpreter compat layer (bi_props.integrations.triton_compat)
+#   1. tests/triton_lane/lane_compat.py: the interpreter compat layer (bi_props.targets.triton_compat)
 #      against the real interpreter; FAILS (never skips) without triton;
 #   2. tests/triton_lane/lane_planted.py: the property suite against a planted Triton matmul whose
 #      BLOCK_K follows M (must be caught) and its honest twin (must pass);

@@ -23,12 +23,6 @@ from bi_props.catalogue import ENGINE_SPECIAL_TOKENS, ENGINE_VOCAB, OPS, cells, 
 from bi_props.catalogue.strategies import ENGINE_MAX_COMPANIONS, ENGINE_MAX_TOKENS, cases
 from bi_props.execution import materialize as M
 from bi_props.execution.execute import observe
-from bi_props.integrations.engine import (
-    MIN_HEAD_DIM,
-    SPECIAL_TOKENS,
-    tiny_model_spec,
-    tokenizer_vocab,
-)
 from bi_props.model import properties
 from bi_props.model.case import Batch, Case, Companion
 from bi_props.model.property_spec import controls_of
@@ -36,6 +30,12 @@ from bi_props.model.space import DEFAULT_OPS, PROFILES, load_profile, parse
 from bi_props.targets import BUILTIN, TargetBroken, TargetMissing, resolve
 from bi_props.targets import vllm_engine as E
 from bi_props.targets.base import Target
+from bi_props.targets.engine import (
+    MIN_HEAD_DIM,
+    SPECIAL_TOKENS,
+    tiny_model_spec,
+    tokenizer_vocab,
+)
 
 ENTRY = "bi_props.targets.vllm_engine.prompt_logprobs"
 FAST = settings(

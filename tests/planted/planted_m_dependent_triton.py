@@ -6,7 +6,7 @@ above. The k-tiles are summed in a different grouping, so with K > 16 a row's bi
 many rows share the call. Expected finding: mm batch_invariance [enabled] at M = THRESHOLD + 1 in
 total. ``planted_m_dependent_honest_triton`` is the same kernel with BLOCK_M (not BLOCK_K) chosen
 from M: invariant on a GPU, and invariant under the interpreter only with the compat layer's
-order-fixed dot (bi_props.integrations.triton_compat, ``ordered_dot``).
+order-fixed dot (bi_props.targets.triton_compat, ``ordered_dot``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""bi_props.integrations.triton_compat against the real interpreter: each patch corrects what it
+"""bi_props.targets.triton_compat against the real interpreter: each patch corrects what it
 says, and the interpreter without it shows the deviation (so each patch is needed, and each test
 would fail without it)."""
 
@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from bi_props.integrations import triton_compat as tc
+from bi_props.targets import triton_compat as tc
 from conftest import PLANTED
 
 sys.path.insert(0, str(PLANTED))

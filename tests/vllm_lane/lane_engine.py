@@ -7,7 +7,7 @@ skips) without it.
 The property suite runs against ``--bi-target vllm-engine`` with tests/vllm_lane/engine.toml: the
 needle prompt alone and inside batches of random prompts, per-token prompt logprobs compared
 bitwise, one engine per switch state (a tiny random Llama written to a local folder by
-``bi_props.integrations.engine.write_tiny_model``, nothing downloaded). What this lane asserts is
+``bi_props.targets.engine.write_tiny_model``, nothing downloaded). What this lane asserts is
 what happens, honestly:
 
 - switch off: the engine builds and serves; determinism passes; the negative control (logprobs
@@ -178,7 +178,7 @@ def _cpu_without_triton(run: SuiteRun) -> bool:
 def test_tiny_model_writer(tmp_path):
     from transformers import LlamaConfig, PreTrainedTokenizerFast
 
-    from bi_props.integrations.engine import SPEC_FILE, read_spec, tiny_model_spec, write_tiny_model
+    from bi_props.targets.engine import SPEC_FILE, read_spec, tiny_model_spec, write_tiny_model
 
     first = write_tiny_model(tmp_path / "a")
     assert read_spec(first) == tiny_model_spec()

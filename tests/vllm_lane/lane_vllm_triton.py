@@ -5,7 +5,7 @@ in .venv-vllm already, pinned again by scripts/ci_vllm_lane.sh).
 vLLM decides HAS_TRITON at import; on a "cpu" build it needs a "cpu" entry in ``triton.backends``,
 which PyPI's triton lacks, so without help every kernel is vLLM's placeholder (what
 lane_vllm_on_cpu.py records). ``BI_PROPS_VLLM_TRITON=1`` makes the worker add bi_props' stated
-stand-in entry (bi_props.integrations.triton_cpu_backend) before vLLM is imported; the compat
+stand-in entry (bi_props.targets.triton_cpu_backend) before vLLM is imported; the compat
 layer's default patches correct the interpreter. Then vLLM's own ``init_batch_invariance()``
 routes bmm, softmax, log_softmax and mean.dim on CPU tensors to its interpreted kernels
 (bmm_kernel, _softmax_kernel, mean_kernel). Runs from scripts/ci_vllm_lane.sh; fails, never skips,

