@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from .model.target import builtin_names
 from .profiles import DEFAULT_TARGETS
 
 
@@ -76,7 +77,8 @@ def _parser() -> argparse.ArgumentParser:
         "--target",
         action="append",
         default=None,
-        help="cpu, vllm, ascend, or some.module[:attr]; repeat for several (budget split fairly) "
+        help=f"{builtin_names()}, or some.module[:attr]; repeat for several (budget split "
+        "fairly) "
         "(default: the profile's target, cpu for the cpu profile)",
     )
     fuzz.add_argument(
@@ -198,7 +200,7 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=_HelpFormatter,
         epilog=_examples("bi-props doctor --target ascend", "bi-props doctor --switch verl"),
     )
-    doctor.add_argument("--target", default="cpu", help="cpu, vllm, ascend, or some.module")
+    doctor.add_argument("--target", default="cpu", help=f"{builtin_names()}, or some.module[:attr]")
     _switch_option(doctor)
     repro = sub.add_parser(
         "repro",

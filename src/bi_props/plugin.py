@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from .model.target import builtin_names
 from .profiles import PROFILES, register_profiles
 
 register_profiles()
@@ -23,7 +24,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--bi-target",
         default=None,
-        help="system under test: cpu, vllm, ascend, or some.module[:attr] (default: the "
+        help=f"system under test: {builtin_names()}, or some.module[:attr] (default: the "
         "profile's, cpu for ci/cpu/dev)",
     )
     group.addoption(

@@ -16,7 +16,7 @@ from typing import Any
 from .op_registry import OPS, register_op
 from .opspec import OpSpec
 from .property_spec import PROPERTIES, PropertySpec, register_property, unknown_ops
-from .target import BUILTIN_TARGETS, TargetBroken, TargetMissing
+from .target import BUILTIN_TARGETS, TargetBroken, TargetMissing, builtin_names
 
 
 def load(spec: str) -> Any:
@@ -27,7 +27,7 @@ def load(spec: str) -> Any:
         if exc.name and (module_name == exc.name or module_name.startswith(exc.name + ".")):
             raise TargetMissing(
                 f"target module {module_name!r} is not importable ({exc}). Install it, or put it "
-                f"on PYTHONPATH; a built-in target is one of: cpu, vllm, ascend."
+                f"on PYTHONPATH; a built-in target is one of: {builtin_names()}."
             ) from None
         raise TargetBroken(f"target module {module_name!r} failed to import: {exc!r}") from None
     except Exception as exc:

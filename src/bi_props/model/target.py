@@ -26,6 +26,11 @@ BUILTIN_TARGETS = {
 """The built-in targets' names and where each lives (``targets.resolve`` imports it by name)."""
 
 
+def builtin_names() -> str:
+    """The built-in targets' names, for help texts and messages (one list, never retyped)."""
+    return ", ".join(BUILTIN_TARGETS)
+
+
 class TargetMissing(RuntimeError):
     """The target's stack is not installed here; the message says what and how to install it."""
 
