@@ -690,6 +690,7 @@ OPS: tuple[OpSpec, ...] = (
         companion_rows=paged_decode_companions,
         sequences=True,
         scale="context",
+        small_size=lambda space: space.paged_context,
         cost=paged_cost,
         # A context of 5 decoded alone vs beside one of 8 (x86 ATen, 2026-12-04: 7-13 of 16).
         control_examples=(ControlExample((5, 2, 1, 8, 1), (8,), {"placement": 0}),),

@@ -14,12 +14,9 @@ from functools import lru_cache
 from hypothesis import strategies as st
 
 from ..model.case import Companion
+from ..model.op_registry import OPS
 from ..model.opspec import OpSpec
 from ..model.space import Extent, Space
-
-PAGED_OPS = ("paged_decode_attention",)
-"""Context ops whose small draws reach the space's ``paged_context`` (the others: its attention
-length)."""
 
 
 @lru_cache(maxsize=64)
@@ -138,10 +135,13 @@ def within_budget(
 def small_limit(space: Space, op: str, axis: str) -> int:
     """The largest size the space's small draws reach along ``axis`` for ``op``: an example
     past it was drawn at deployment size (the report counts those per cell)."""
+    small = OPS[op].small_size if op in OPS else None
+    if small is not None:
+        return small(space)
     if axis == "vocab":
         return space.dim_for(op).max
-    if axis == "context":  # a paged sequence's context, else an attention sequence's length
-        return space.paged_context if op in PAGED_OPS else space.attention_length.max
+    if axis == "context":  # an attention sequence's length
+        return space.attention_length.max
     if axis == "positions":
         return min(space.rows.max, 4096)
     return space.rows.max + space.max_companions * space.companion_rows.max

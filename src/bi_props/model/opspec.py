@@ -201,6 +201,11 @@ class OpSpec:
     """The axis along which the op meets deployment sizes (``deployment.AXES``: "tokens",
     "vocab", "context", "positions"; "" none): one example in the space's ``scale_every`` is
     drawn there (``ShapeContext.scaled``), within the space's ``max_elements``."""
+    small_size: Callable[[Any], int] | None = None
+    """``(space) -> int``: the largest size the space's small draws reach along ``scale`` for
+    this op, where the axis' default does not say it (a paged sequence's context is the
+    space's ``paged_context``, not its attention length); an example past it is counted as
+    drawn at deployment size."""
     cost: Callable[[Case, int], int] | None = None
     """``(case, rows) -> int``: what a sample of ``rows`` rows costs, in the unit of the
     space's ``max_elements`` (None: the elements of its per-sample operands). Attention's is

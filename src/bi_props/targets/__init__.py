@@ -1,7 +1,8 @@
 """Systems under test. ``resolve`` is called in the worker only: it imports the target's packages.
 
 Built-in names: ``model.target.BUILTIN_TARGETS`` (``cpu``, bi_props's own portable kernels, and
-the upstream stacks where present). Anything else is a third-party module, ``some.module`` or ``some.module:attr`` (see module.py).
+the upstream stacks where present). Anything else is a third-party module, ``some.module`` or
+``some.module:attr`` (see module.py).
 """
 
 from __future__ import annotations
