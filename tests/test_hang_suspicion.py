@@ -302,3 +302,18 @@ def test_a_slow_case_suspected_of_hanging_is_a_note_not_a_finding(libraries) -> 
     assert note["confirmation"].startswith("not reproduced: the case passed"), note
     assert exit_status(report) != 1
     assert timeout == (FULL_S, "")
+
+
+def test_case_work_follows_the_ops_cost_model() -> None:
+    """Attention's cost is quadratic in a sequence's keys: a 512-key needle beside an 886-key
+    sequence is far more work than 263 short rows of a wider head, not less (the shape product
+    said 11,648 against 134,656 and suspected a hang of the long-context example)."""
+    import bi_props.catalogue  # noqa: F401  (registers the ops)
+
+    short = Case("attention", "", "float32", (8, 4, 2, 64), (), "general", 0).with_batch(
+        Batch(0, (Companion(1, 255),))
+    )
+    long = Case("attention", "", "float32", (512, 1, 1, 8), (), "general", 0).with_batch(
+        Batch(0, (Companion(1, 886),))
+    )
+    assert case_work(long) > 4 * case_work(short)

@@ -265,6 +265,8 @@ __all__ = [
     "near_known",
     "pending",
     "reseeded",
+    "run_cases",
+    "run_explicit",
     "structure",
     "variant_key",
     "variants",
@@ -352,21 +354,41 @@ def run_explicit(
     (until ``shrink_end``), recorded as a finding and confirmed in a fresh worker). A settled
     signature met again is skipped (counted), as in a turn. No case starts after ``stop_at``
     once one has run."""
+    if prop in ("parity", "reference"):
+        template_for(session, op, prop, switch)
+    cases = pending(session, op, prop, switch)
+
+    def done(case: Case) -> None:
+        mark_done(session, op, prop, switch, case)
+
+    return run_cases(session, op, prop, switch, cases, EXPLICIT_NOTE, done, stop_at, shrink_end)
+
+
+def run_cases(
+    session: ExplicitSession,
+    op: str,
+    prop: str,
+    switch: str,
+    cases: list[Case],
+    note: str,
+    done: Any,
+    stop_at: float | None = None,
+    shrink_end: float | None = None,
+) -> tuple[int, list]:
+    """Check ``cases`` in one cell as explicit examples (``note``: the session's
+    ``shrink_note`` meanwhile; ``done(case)`` before each runs); see ``run_explicit``."""
     import time
 
     from ..runner.controller import DeadlineReached
 
-    if prop in ("parity", "reference"):
-        template_for(session, op, prop, switch)
-    cases = pending(session, op, prop, switch)
     judged, new = 0, []
     saved = session.skip_settled, session.shrink_note, session.defer_finalize
-    session.skip_settled, session.shrink_note = True, EXPLICIT_NOTE
+    session.skip_settled, session.shrink_note = True, note
     try:
         for case in cases:
             if judged and stop_at is not None and time.monotonic() >= stop_at:
                 break
-            mark_done(session, op, prop, switch, case)
+            done(case)
             session.last_failure = None
             session.defer_finalize = True
             try:
@@ -377,7 +399,7 @@ def run_explicit(
                 failure = session.last_failure
                 if failure is not None and not session.recorded(failure):
                     session.defer_finalize = False
-                    _record_shrunk(session, failure, shrink_end)
+                    _record_shrunk(session, failure, shrink_end, note)
                     new.append(failure)
             judged += 1
     finally:
@@ -385,8 +407,11 @@ def run_explicit(
     return judged, new
 
 
-def _record_shrunk(session: ExplicitSession, failure, stop_at: float | None) -> None:
-    """Shrink an explicit example's failure (campaigns/shrink.py) and record it."""
+def _record_shrunk(
+    session: ExplicitSession, failure, stop_at: float | None, note: str = EXPLICIT_NOTE
+) -> None:
+    """Shrink an explicit example's failure (campaigns/shrink.py) and record it; ``note``: the
+    session's ``shrink_note`` to put back."""
     from .shrink import shrink
 
     if session.same_failure(failure) is not None:  # its root cause is shrunk already
@@ -394,11 +419,11 @@ def _record_shrunk(session: ExplicitSession, failure, stop_at: float | None) -> 
         try:
             session.finalize(failure)
         finally:
-            session.shrink_note = EXPLICIT_NOTE
+            session.shrink_note = note
         return
     shrunk, how = shrink(session, failure, stop_at)  # judges candidates, records nothing
     session.shrink_note = ""
     try:
         session.finalize(shrunk, shrink=how)
     finally:
-        session.shrink_note = EXPLICIT_NOTE
+        session.shrink_note = note

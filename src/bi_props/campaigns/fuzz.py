@@ -190,6 +190,17 @@ def run_slice(
         if any(retires(f) for f in explicit_new):
             settle_turn(cell, explicit_new, False)
             return count
+        # and once, an example at deployment size (campaigns/deployment_example.py)
+        from .deployment_example import run_deployment
+
+        judged, deployed_new = run_deployment(
+            session, cell.op, cell.prop, cell.switch, stop_at=turn_end, shrink_end=stop_at
+        )
+        count += judged
+        explicit_new += deployed_new
+        if any(retires(f) for f in deployed_new):
+            settle_turn(cell, explicit_new, False)
+            return count
     is_settled = getattr(session, "settled", lambda signature: False)
     accounted = getattr(session, "accounted", lambda failure: is_settled(failure.classed()))
     has_finding = getattr(session, "has_finding_for", lambda failure: False)

@@ -43,6 +43,7 @@ from .controls import (
     is_final_replay,
     run_control,
 )
+from .deployment_example import DEPLOYMENT_NOTE
 from .modes import fresh_compile_env, mode_space
 from .records import (
     INTERNAL,
@@ -147,6 +148,9 @@ class Session:
     # examples (campaigns/explicit.py).
     explicit_done: dict[tuple, set] = field(default_factory=dict, repr=False)
     dtype_templates: dict[tuple, Case] = field(default_factory=dict, repr=False)
+    # Each cell's deployment-size example, and the cells that ran it (deployment_example.py).
+    deployment_cases: dict[tuple, Case | None] = field(default_factory=dict, repr=False)
+    deployment_done: set[tuple] = field(default_factory=set, repr=False)
     # How a failure recorded now was shrunk, when not by Hypothesis (an explicit example).
     shrink_note: str = field(default="", repr=False)
     # Whether cells run their explicit examples before drawing (campaigns/explicit.py).
@@ -551,6 +555,7 @@ class Session:
         self, op: str, prop: str, switch: str, case: Case, outcome: str, extras: dict | None = None
     ) -> None:
         """One line of coverage (what was exercised, and how it ended), for reports and plots."""
+        deployed = self.shrink_note == DEPLOYMENT_NOTE
         self.examples_log.append(
             {
                 "op": op,
@@ -566,12 +571,14 @@ class Session:
                 else case.shape[0] + sum(c.rows for c in case.batch.companions),
                 "outcome": outcome,
                 **({"mode": case.mode} if case.mode != "eager" else {}),  # Case.mode
-                **({"explicit": True} if self.shrink_note else {}),
+                **({"explicit": True} if self.shrink_note and not deployed else {}),
+                **({"deployment": True} if deployed else {}),
                 **(extras or {}),
             }
         )
         axis = OPS[op].scale if op in OPS else ""
-        if axis and not self.shrink_note:  # drawn examples: explicit ones are not the search's
+        # drawn examples and the deployment-size example: the other explicit ones are small
+        if axis and (deployed or not self.shrink_note):
             reach = self.size_reach.get((op, prop, switch))
             if reach is None:
                 limit = small_limit(self.space, op, axis)

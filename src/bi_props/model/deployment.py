@@ -29,6 +29,25 @@ SCALE_POINTS = (512, 1024, 2048, 4096, 8192, 16384, 32768)
 persistent path up to 1,024, chunked-prefill budgets and CUDA-graph capture sizes, long-context
 caches."""
 
+DEPLOYMENT_GOALS = {"tokens": 1025, "vocab": 32000, "context": 512, "positions": 4097}
+"""What a cell's one explicit deployment-size example reaches at least along its axis: a step
+past 1,024 tokens, a vocabulary-wide row (Llama 2's 32,000 logits), a needle of 512 keys (paged
+attention's partition) beside a longer sequence, a rotary position past a 4,096-token original
+context."""
+
+
+def reaches_goal(axis: str, case: Case) -> bool:
+    """Whether ``case`` reaches ``DEPLOYMENT_GOALS[axis]`` (the context axis: its needle, with a
+    longer companion beside it)."""
+    goal = DEPLOYMENT_GOALS.get(axis)
+    if goal is None or not case.shape:
+        return False
+    if axis == "context":
+        needle = int(case.shape[0])
+        companions = case.batch.companions if case.batch is not None else ()
+        return needle >= goal and any(c.rows > needle for c in companions)
+    return size_of(axis, case) >= goal
+
 
 def size_of(axis: str, case: Case) -> int:
     """An example's size along ``axis`` (0 for an unknown axis or an empty shape)."""

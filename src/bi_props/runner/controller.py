@@ -115,9 +115,22 @@ def suspect_timeout(full_s: float, slowest_s: float | None, scale: float = 1.0) 
 
 
 def case_work(case: Case) -> int:
-    """A case's size as the runner scales costs by: rows across the batch (needle and
-    companions) times the product of the other extents (for mm's (M, K, N): M x K x N, its
-    multiply-adds), at least 1."""
+    """A case's size as the runner scales costs by: where the op states a cost model
+    (``OpSpec.cost``), its cost of the needle and of each companion (attention's grows with the
+    square of a sequence's keys, so a 512-key needle beside an 886-key sequence is no "smaller
+    case" than 263 short rows of a wider head); else rows across the batch times the product of
+    the other extents (for mm's (M, K, N): M x K x N, its multiply-adds); at least 1."""
+    from ..model.op_registry import OPS
+
+    spec = OPS.get(case.op)
+    if spec is not None and spec.cost is not None and case.shape:
+        try:
+            work = spec.sample_cost(case, int(case.shape[0]))
+            if case.batch is not None:
+                work += sum(spec.sample_cost(case, c.rows) for c in case.batch.companions)
+            return max(int(work), 1)
+        except Exception:  # a cost model that cannot read this case: the shape's product
+            pass
     shape = tuple(case.shape)
     rows = shape[0] if shape else 1
     if case.batch is not None:

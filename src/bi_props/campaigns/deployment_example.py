@@ -1,0 +1,111 @@
+"""One explicit example at deployment size per enabled batch-invariance cell, like ``@example``.
+
+The space draws a share of examples at the sizes models run at (``[scale]``, one in
+``scale_every``); in a short campaign a cell sees a handful of them, and whether one was a
+vocabulary-wide row or a 512-key needle beside a longer sequence was a matter of luck. Here an
+enabled ``batch_invariance`` cell of an op with a deployment axis (``OpSpec.scale``) runs, in its
+first turn, one case of its own strategy drawn at deployment size that reaches
+``model.deployment.DEPLOYMENT_GOALS`` (32,000 logits, a needle of 512 keys beside a longer
+sequence, a position past 4,096, a step past 1,024 tokens). Drawn once per session, with a fixed
+random seed (the same case in every run of a space), without shrinking: the example keeps the
+drawn operand sizes, so its reductions are long enough to vary. Spaces with ``scale_every = 0``
+(the Triton interpreter's) run none.
+
+The example counts as reached sizes in the report (``SizeReach``) and as a judged example; its
+coverage line says ``"deployment": true``. A failure on it is shrunk by Hypothesis like a known
+case's. Imports no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from ..model.case import Case
+from ..model.deployment import reaches_goal
+from ..model.op_registry import OPS
+from .explicit import _for_entry, run_cases
+
+DEPLOYMENT_NOTE = (
+    "not shrunk: the cell's explicit deployment-size example (drawn once, at the sizes models "
+    "run at)"
+)
+"""The session's ``shrink_note`` while the example runs (``Session._note_example`` reads it)."""
+DRAWS = 100
+"""Draws of the cell's deployment-size strategy tried for one that reaches the goal."""
+SEED = 20261207
+
+
+def applies(session: Any, op: str, prop: str, switch: str) -> bool:
+    """Whether the cell has a deployment-size example: an enabled batch-invariance cell of an op
+    with a deployment axis, in a space that draws deployment sizes."""
+    spec = OPS.get(op)
+    return (
+        prop == "batch_invariance"
+        and switch == "enabled"
+        and spec is not None
+        and bool(spec.scale)
+        and session.space.scale_every > 0
+    )
+
+
+def deployment_case(session: Any, op: str, prop: str) -> Case | None:
+    """The cell's deployment-size example, drawn once per session (None where no draw of
+    ``DRAWS`` reached the goal: the op's strategy may not reach it in this space)."""
+    cache: dict = session.deployment_cases
+    if (op, prop) not in cache:
+        cache[op, prop] = _draw(session, op, prop)
+    return cache[op, prop]
+
+
+def _draw(session: Any, op: str, prop: str) -> Case | None:
+    from random import Random
+
+    from hypothesis import HealthCheck, Phase, find, settings
+    from hypothesis.errors import NoSuchExample, Unsatisfiable
+
+    from ..catalogue.strategies import cases
+    from .modes import mode_space
+
+    axis = OPS[op].scale
+    space = replace(mode_space(session), scale_every=1)  # every draw at deployment size
+    strategy = cases(space, op, prop, session.entries(op))
+    quiet = settings(
+        database=None,
+        max_examples=DRAWS,
+        phases=[Phase.generate],  # the first that reaches the goal, as drawn: not shrunk
+        suppress_health_check=list(HealthCheck),
+        deadline=None,
+    )
+    try:
+        return find(strategy, lambda c: reaches_goal(axis, c), settings=quiet, random=Random(SEED))
+    except (NoSuchExample, Unsatisfiable):
+        return None
+
+
+def run_deployment(
+    session: Any,
+    op: str,
+    prop: str,
+    switch: str,
+    stop_at: float | None = None,
+    shrink_end: float | None = None,
+) -> tuple[int, list]:
+    """Run the cell's deployment-size example once per session (in each mode the run draws);
+    return (examples judged, new failures), as ``explicit.run_explicit``."""
+    cell = (op, prop, switch)
+    if cell in session.deployment_done or not applies(session, op, prop, switch):
+        return 0, []
+    session.deployment_done.add(cell)
+    case = deployment_case(session, op, prop)
+    if case is None:
+        return 0, []
+    from .modes import each_mode
+
+    ready = [c for c in (_for_entry(session, m) for m in each_mode(session, case)) if c]
+    return run_cases(
+        session, op, prop, switch, ready, DEPLOYMENT_NOTE, lambda c: None, stop_at, shrink_end
+    )
+
+
+__all__ = ["DEPLOYMENT_NOTE", "applies", "deployment_case", "run_deployment"]
