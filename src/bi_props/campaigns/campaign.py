@@ -69,7 +69,7 @@ from .ledger import (  # noqa: F401 (the campaign's record; names other modules 
     turn_seed,
 )
 from .records import STATUS_INTERNAL, Finding, target_status
-from .scheduler import Item, Scheduler
+from .scheduler import FLOOR_TURN_S, Item, Scheduler
 from .session import Session
 from .session_report import routing_lines
 from .switching_check import SwitchingCheck
@@ -457,7 +457,13 @@ class Campaign:
         why = "at the end of the budget"
         if stop_at < deadline:
             why = "to leave time for the first turns of the cells not yet run"
-        ran = run_slice(state.session, cell, SLICE_EXAMPLES, database, seed, stop_at, turn_end, why)
+        floor, floor_end, most = 0, None, SLICE_EXAMPLES
+        if item.floor and item.turns == 0:  # a claimed op's floor of evidence in its first turn
+            floor, floor_end = item.floor, min(deadline, started + FLOOR_TURN_S)
+            most += 2 * floor  # degenerate examples do not count toward it
+        ran = run_slice(
+            state.session, cell, most, database, seed, stop_at, turn_end, why, floor, floor_end
+        )
         seconds = time.monotonic() - started
         lines = list(state.session.examples_log)
         state.session.flush_examples()  # each turn's coverage on disk (a kill loses little)

@@ -134,6 +134,8 @@ def run_slice(
     stop_at: float | None = None,
     turn_end: float | None = None,
     stop_why: str = "at the end of the budget",
+    floor: int = 0,
+    floor_end: float | None = None,
 ) -> int:
     """Run up to ``examples`` examples of one cell; return how many ran. Every failure becomes a
     finding: recorded by the session on Hypothesis' final replay; a failure that did not happen
@@ -153,7 +155,9 @@ def run_slice(
     ``turn_end`` (``time.monotonic()``) is the turn's time limit: with no failure pending, an
     example that would start after it ends the slice (the first example always runs). An example
     the runner cut at the campaign's end (``DeadlineReached``) ends it the same way, or, with a
-    failure pending, like the end of the budget during a shrink."""
+    failure pending, like the end of the budget during a shrink. ``floor``: the turn goes on
+    past ``turn_end`` while the cell has judged fewer examples in this session, until
+    ``floor_end`` (a claimed op's floor of evidence reached in one turn)."""
     count = 0
     first_failure: list[float] = []
     findings_before = len(getattr(session, "findings", ()))
@@ -209,6 +213,15 @@ def run_slice(
     skipped_before = skipped.get((cell.op, cell.prop, cell.switch), 0)
     broken = False  # the search failed outside any example (bi_props' own error)
 
+    judged = getattr(session, "judged", {})
+    key = (cell.op, cell.prop, cell.switch)
+
+    def below_floor() -> bool:
+        """Below the floor, within its time (``floor``, ``floor_end``)."""
+        if not floor or floor_end is None or time.monotonic() >= floor_end:
+            return False
+        return judged.get(key, 0) < floor
+
     @settings(
         max_examples=examples,
         database=database,
@@ -232,7 +245,8 @@ def run_slice(
             past_end, stop_why = True, hangs.CONFIRMATION_WHY  # its full-timeout confirmation
         if smallest and past_end and not is_final_replay():  # the final replay records itself
             raise BudgetSpent()
-        if not smallest and count and turn_end is not None and time.monotonic() >= turn_end:
+        over = turn_end is not None and time.monotonic() >= turn_end
+        if not smallest and count and over and not below_floor():
             raise TurnOver()
         session.last_failure = None
         try:

@@ -102,9 +102,13 @@ per example (the kernel runs on the whole batch and on the needle alone), so sha
 NOVELTY_DECAY = 0.5
 NOVELTY_CAP = 8.0
 FIRST_TURN_MARGIN = 2.0  # a shrink's reserve per first turn still due, in mean first turns
-KNOWN_TURN_S = 0.5
-"""A turn that runs a cell's pending known cases: one case at least (no case starts after the
-turn's end once one has run), so a short turn each until none is pending."""
+KNOWN_TURN_S = MIN_TURN_S
+"""The early turn that runs a cell's first pending known case: one case (no case starts after
+the turn's end once one has run); the others wait for the cell's later turns."""
+FLOOR_TURN_S = 0.3
+"""A floored cell's first turn goes on past its limit until it has judged its floor, for at most
+this long (campaign.py: ``run_slice``'s ``floor``): with 221 cells in a 60 s budget, the first
+turns alone outlasted the budget's first two thirds, and the floors were never reached."""
 FLOOR_PATIENCE = 4
 """A cell below its floor jumps the queue until it has run this many times its floor."""
 
