@@ -23,9 +23,10 @@ from ._shared import (
     _never_exact,
 )
 
-MODEL_LAYOUTS = ("packed", "padded", "mixed")
-"""The probe model's batch layouts (its entries): a packed prefill, a padded one, and a mixed
-engine step (the needle decodes its last token while its companions prefill)."""
+MODEL_LAYOUTS = ("packed", "padded", "mixed", "decode")
+"""The probe model's batch layouts (its entries): a packed prefill, a padded one, a mixed engine
+step (the needle decodes its last token while its companions prefill) and a decode step (every
+sequence decodes its last token over a paged KV cache, through paged_decode_attention)."""
 
 
 def _model_operands(case: Case) -> tuple[Operand, ...]:
@@ -45,6 +46,7 @@ def _model_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[i
     from ..execution.probe_model import (
         ProbeModel,
         config_of,
+        decode_step,
         mixed_step,
         prefill_then_decode,
         run_batch,
@@ -54,6 +56,8 @@ def _model_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[i
     model = ProbeModel(weights, config_of(case.shape), dict(case.opt("entries", ()) or ()))
     if case.opt("mode") == "decode":
         return prefill_then_decode(model, tokens)
+    if entry == "decode":  # one output row per sequence, in batch order
+        return decode_step(model, tokens, list(lengths))
     if entry == "mixed":  # the needle is the only sequence alone, else at its batch position
         needle = 0 if len(lengths) == 1 or case.batch is None else case.batch.position
         return mixed_step(model, tokens, list(lengths), needle)
@@ -61,8 +65,14 @@ def _model_call(entry: str, args: Sequence[Any], case: Case, lengths: Sequence[i
 
 
 def _model_output_rows(case: Case, rows: int) -> int:
-    """In the mixed layout the needle decodes: one output row (its next token's logprobs)."""
-    return 1 if case.entry == "mixed" and case.opt("mode") != "decode" else rows
+    """In the mixed and decode layouts the needle decodes: one output row (its next token's
+    logprobs)."""
+    return 1 if case.entry in ("mixed", "decode") and case.opt("mode") != "decode" else rows
+
+
+def _model_companion_rows(case: Case, companion: Any) -> int:
+    """A companion prefills in the mixed layout (its rows), decodes in the decode layout (one)."""
+    return 1 if case.entry == "decode" and case.opt("mode") != "decode" else companion.rows
 
 
 def _no_reference(x: Sequence[np.ndarray], case: Case, lengths: Sequence[int], acc="float32"):
@@ -148,8 +158,9 @@ OPS: tuple[OpSpec, ...] = (
         name="probe_model",
         entries=MODEL_LAYOUTS,
         shape_doc="(length, layers, heads, kv_heads, head_dim, vocab, intermediate); entry is"
-        " the batch layout (packed, padded, or mixed: the needle decodes its last token while"
-        " its companions prefill); tokens per sample, one flat weight vector",
+        " the batch layout (packed, padded, mixed: the needle decodes its last token while"
+        " its companions prefill, or decode: every sequence decodes its last token over a paged"
+        " KV cache); tokens per sample, one flat weight vector",
         operands=_model_operands,
         operand_shapes=_model_shapes,
         call=_model_call,
@@ -161,7 +172,7 @@ OPS: tuple[OpSpec, ...] = (
         draw_shape=draw_probe_model,
         companion_rows=probe_model_companions,
         output_rows=_model_output_rows,
-        companion_output_rows=lambda case, companion: companion.rows,  # companions prefill
+        companion_output_rows=_model_companion_rows,
     ),
     OpSpec(
         name="engine",

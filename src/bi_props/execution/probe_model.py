@@ -7,11 +7,14 @@ catalogue's ``add_rms_norm`` / ``varlen_attention`` entry points, looked up at c
 swaps apply): token embedding, RMSNorm with residual, rotary attention with grouped KV heads over
 packed variable-length sequences, a SwiGLU MLP, lm_head, log_softmax.
 
-Three batch layouts: ``packed`` (the tokens of all sequences concatenated, attention per sequence,
+Four batch layouts: ``packed`` (the tokens of all sequences concatenated, attention per sequence,
 as vLLM schedules a prefill step), ``padded`` (each sequence right-padded to the longest, as
-trainers do) and ``mixed`` (one engine step of a mixed batch: the needle decodes its last token
+trainers do), ``mixed`` (one engine step of a mixed batch: the needle decodes its last token
 over its KV cache while the companions prefill, attention through the catalogue's
-``mixed_attention`` entry, as vLLM's chunked-prefill scheduler mixes them).
+``mixed_attention`` entry, as vLLM's chunked-prefill scheduler mixes them) and ``decode`` (one
+decode step of a batch: every sequence decodes its last token over a paged KV cache of its
+earlier tokens, attention through the catalogue's ``paged_decode_attention`` entry, the kernel a
+serving engine spends its decode steps in).
 Weights are one flat tensor sliced into views, so a case carries one seed for all of them. Imported
 only in workers.
 """
@@ -30,6 +33,8 @@ from torch import Tensor
 
 ROPE_BASE = 10000.0
 MAX_POSITIONS = 4096
+PAGE_BLOCK = 16
+"""Keys per block of the decode layout's paged KV cache."""
 
 
 @dataclass(frozen=True)
@@ -121,6 +126,9 @@ class ProbeModel:
         self.mixed_attention = _entry(
             entries.get("mixed_attention", "bi_props.ops.mixed_attention")
         )
+        self.paged_decode_attention = _entry(
+            entries.get("paged_decode_attention", "bi_props.ops.paged_decode_attention")
+        )
         self.eps = 1e-6
 
     def _add_norm(self, x: Tensor, residual: Tensor, weight: Tensor) -> tuple[Tensor, Tensor]:
@@ -189,6 +197,36 @@ class ProbeModel:
                 cu_seqlens_of(key_lengths),
                 1.0 / math.sqrt(cfg.head_dim),
                 True,
+            )
+            x, residual = self._layer_tail(a, residual, i)
+        h, _ = self._add_norm(x, residual, w["final_norm"])
+        return torch.log_softmax(F.linear(h, w["lm_head"]).float(), dim=-1)
+
+    def decode(
+        self,
+        tokens: Tensor,
+        positions: Tensor,
+        caches: list[list[tuple[Tensor, Tensor]] | None],
+    ) -> Tensor:
+        """One decode step of a batch: token b continues the KV cache ``caches[b]`` (the
+        per-layer (K, V) of its earlier tokens; None: none). Each layer's keys go into a paged
+        cache (``paged_cache``) and attention runs once over the batch through
+        ``paged_decode_attention``. Log-probabilities (B, vocab) in float32."""
+        cfg, w = self.config, self.w
+        x, cos, sin = self._embed(tokens, positions)
+        residual = torch.zeros_like(x)
+        for i in range(cfg.layers):
+            q, k, v, residual = self._qkv(x, residual, i, cos, sin)
+            keys, values = [], []
+            for b, cache in enumerate(caches):
+                new_k, new_v = k[b : b + 1], v[b : b + 1]
+                if cache is not None:
+                    new_k, new_v = torch.cat((cache[i][0], new_k)), torch.cat((cache[i][1], new_v))
+                keys.append(new_k)
+                values.append(new_v)
+            k_cache, v_cache, table, lengths = paged_cache(keys, values)
+            a = self.paged_decode_attention(
+                q, k_cache, v_cache, table, lengths, 1.0 / math.sqrt(cfg.head_dim)
             )
             x, residual = self._layer_tail(a, residual, i)
         h, _ = self._add_norm(x, residual, w["final_norm"])
@@ -279,6 +317,46 @@ def mixed_step(model: ProbeModel, tokens: Tensor, lengths: list[int], decoding: 
     ]
     caches = [cache if b == decoding else None for b in range(len(seqs))]
     return model.step(torch.cat(queries), torch.cat(positions), query_lengths, caches)
+
+
+def paged_cache(keys: list[Tensor], values: list[Tensor]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Sequences' keys and values (each (L_b, kv_heads, head_dim)) in a paged pool, as an
+    engine's block manager lays them out: sequence b in consecutive blocks of ``PAGE_BLOCK``
+    keys after sequence b - 1's (its last block zero-padded). Returns (k_cache, v_cache
+    (num_blocks, PAGE_BLOCK, kv_heads, head_dim), block_table (B, most blocks) int32, the
+    unused entries block 0, seq_lens (B,) int32)."""
+    counts = [-(-t.shape[0] // PAGE_BLOCK) for t in keys]
+    kv_heads, head_dim = keys[0].shape[1], keys[0].shape[2]
+    pool = (max(sum(counts), 1), PAGE_BLOCK, kv_heads)
+    k_cache = keys[0].new_zeros((*pool, head_dim))
+    v_cache = values[0].new_zeros((*pool, values[0].shape[2]))
+    table = torch.zeros((len(keys), max(counts, default=1)), dtype=torch.int32)
+    start = 0
+    for b, (k, v) in enumerate(zip(keys, values, strict=True)):
+        n, blocks = k.shape[0], counts[b]
+        k_cache[start : start + blocks].view(-1, kv_heads, head_dim)[:n] = k
+        v_cache[start : start + blocks].view(-1, kv_heads, v.shape[2])[:n] = v
+        table[b, :blocks] = torch.arange(start, start + blocks, dtype=torch.int32)
+        start += blocks
+    lengths = torch.tensor([k.shape[0] for k in keys], dtype=torch.int32)
+    return k_cache, v_cache, table, lengths
+
+
+def decode_step(model: ProbeModel, tokens: Tensor, lengths: list[int]) -> Tensor:
+    """Logprobs (len(lengths), vocab) of one decode step of a batch: each sequence's last token
+    over the KV cache of its earlier tokens (prefilled on their own in an earlier step, as an
+    engine did; none for a one-token sequence), one output row per sequence, attention through
+    the paged decode kernel. The needle alone is the same step without companions."""
+    caches = []
+    for sequence in torch.split(tokens, lengths):
+        n = sequence.shape[0] - 1
+        cache = None
+        if n:
+            _, cache = model.forward(sequence[:-1], positions_of([n]), cu_seqlens_of([n]))
+        caches.append(cache)
+    last = torch.cat([s[-1:] for s in torch.split(tokens, lengths)])
+    positions = torch.tensor([n - 1 for n in lengths], dtype=torch.int64)
+    return model.decode(last, positions, caches)
 
 
 def prefill_then_decode(model: ProbeModel, tokens: Tensor) -> tuple[Tensor, Tensor]:
