@@ -30,6 +30,10 @@ KNOWN = {
     "softmax": "cannot reshape tensor of 0 elements",
     "log_softmax": "cannot reshape tensor of 0 elements",
 }
+# Its precision finding in 16-bit dtypes (a reference cell: the stock op computes in float32 and
+# rounds once): softmax off the last dimension falls back to amax, exp, sum and a division in
+# the input dtype (bf16: 1 ulp off on a 3-element column), found by the explicit bf16 case.
+KNOWN_PRECISION = {"softmax"}
 
 
 @pytest.fixture(scope="module")
@@ -78,11 +82,17 @@ def test_routing_reaches_vllms_kernels(lane):
 
 
 def test_what_holds_and_what_was_found(lane):
-    """Every failure is a recorded finding, reproduced in a fresh process, and a known one;
+    """Every failure is a recorded finding, reproduced in a fresh process, and a known one (host
+    logic, 16-bit precision below the stock op's, or a promise);
     bmm, softmax, log_softmax and mean are batch-invariant and deterministic where they return;
     the negative control sees stock CPU softmax's batch variance (off the last dimension), which
     vLLM's kernels remove."""
-    failed = {n for n, (o, _) in lane.outcomes.items() if o == "failed"}
+    # a cell's known cases (test_known_cases) are its examples too: the same cell
+    failed = {
+        n.replace("test_known_cases[", "test_property[", 1)
+        for n, (o, _) in lane.outcomes.items()
+        if o == "failed"
+    }
     recorded = {
         f"test_property[{f['op']}-{f['property']}-{f['switch']}]" for f in lane.report["findings"]
     }
@@ -90,6 +100,10 @@ def test_what_holds_and_what_was_found(lane):
     assert lane.report["switching"]["message"].startswith("not applicable: "), lane.report
     for f in lane.report["findings"]:
         assert f["reproduced_in_fresh_process"] is True, f
+        if f["kind"] == "mismatch":
+            assert f["op"] in KNOWN_PRECISION and f["property"] == "reference", f
+            assert f["case_class"].split("/")[0] in ("bfloat16", "float16"), f
+            continue
         if f["kind"] == "promise":
             # an op vLLM leaves to stock ATen (mm), batch-variant with the switch on: vLLM's
             # switch promises batch-invariant inference, so that is a finding of its own kind
