@@ -25,7 +25,7 @@ from typing import Any
 from ..model.case import Case
 from ..model.deployment import reaches_goal
 from ..model.op_registry import OPS
-from .explicit import _for_entry, run_cases
+from .explicit import for_entry, run_cases
 
 DEPLOYMENT_NOTE = (
     "not shrunk: the cell's explicit deployment-size example (drawn once, at the sizes models "
@@ -116,7 +116,7 @@ def run_deployment(
         return 0, []
     from .modes import each_mode
 
-    ready = [c for c in (_for_entry(session, m) for m in each_mode(session, case)) if c]
+    ready = [c for c in (for_entry(session, m) for m in each_mode(session, case)) if c]
     return run_cases(
         session, op, prop, switch, ready, DEPLOYMENT_NOTE, lambda c: None, stop_at, shrink_end
     )

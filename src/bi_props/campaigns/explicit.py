@@ -192,7 +192,7 @@ def reseeded(case: Case, step: int) -> Case:
     return replace(case, seed=move(case.seed), batch=batch, options=dict(case.options))
 
 
-def _for_entry(session: ExplicitSession, case: Case) -> Case | None:
+def for_entry(session: ExplicitSession, case: Case) -> Case | None:
     """The case with an entry point the session's target offers for its op (a target may
     replace the op's entries); None where the op has none."""
     entries = session.entries(case.op) or OPS[case.op].entries
@@ -237,7 +237,7 @@ def pending(session: ExplicitSession, op: str, prop: str, switch: str) -> list[C
         for known in variants(session, op)[:most]:
             for case in each_mode(session, known):  # compiled too, where the run draws both
                 for step in range(SEEDS):
-                    ready = _for_entry(session, reseeded(case, step))
+                    ready = for_entry(session, reseeded(case, step))
                     if ready is not None:
                         out.append(ready)
     template = session.dtype_templates.get((op, prop, switch))
@@ -259,6 +259,7 @@ __all__ = [
     "add_variant",
     "dtype_cases",
     "explicit_cases",
+    "for_entry",
     "has_explicit",
     "load_variants",
     "mark_done",

@@ -34,6 +34,7 @@ from ..integrations.switches import PROVIDER_ENV
 from ..model.case import Case
 from ..model.modes import CompileStats, effective_modes, settle_mode
 from ..model.observation import Hello, Observation
+from ..model.op_registry import OPS
 from .protocol import read_exact, receive, send
 from .worker import FORK_FD_ENV
 
@@ -120,8 +121,6 @@ def case_work(case: Case) -> int:
     square of a sequence's keys, so a 512-key needle beside an 886-key sequence is no "smaller
     case" than 263 short rows of a wider head); else rows across the batch times the product of
     the other extents (for mm's (M, K, N): M x K x N, its multiply-adds); at least 1."""
-    from ..model.op_registry import OPS
-
     spec = OPS.get(case.op)
     if spec is not None and spec.cost is not None and case.shape:
         try:
