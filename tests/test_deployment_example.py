@@ -19,7 +19,7 @@ from bi_props.model.space import load_profile
 
 def _session(space):
     runner = SimpleNamespace(drawn_modes=lambda: (tuple(space.modes), None))
-    return SimpleNamespace(space=space, runner=runner, entries=lambda op: None, deployment_cases={})
+    return SimpleNamespace(space=space, runner=runner, entries=lambda op: None, drawn_examples={})
 
 
 @pytest.mark.parametrize(

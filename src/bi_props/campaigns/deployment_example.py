@@ -55,10 +55,11 @@ def applies(session: Any, op: str, prop: str, switch: str) -> bool:
 def deployment_case(session: Any, op: str, prop: str) -> Case | None:
     """The cell's deployment-size example, drawn once per session (None where no draw of
     ``DRAWS`` reached the goal: the op's strategy may not reach it in this space)."""
-    cache: dict = session.deployment_cases
-    if (op, prop) not in cache:
-        cache[op, prop] = _draw(session, op, prop)
-    return cache[op, prop]
+    cache: dict = session.drawn_examples
+    key = ("deployment", op, prop)
+    if key not in cache:
+        cache[key] = _draw(session, op, prop)
+    return cache[key]
 
 
 def _draw(session: Any, op: str, prop: str) -> Case | None:
@@ -107,10 +108,10 @@ def run_deployment(
 ) -> tuple[int, list]:
     """Run the cell's deployment-size example once per session (in each mode the run draws);
     return (examples judged, new failures), as ``explicit.run_explicit``."""
-    cell = (op, prop, switch)
-    if cell in session.deployment_done or not applies(session, op, prop, switch):
+    cell = ("deployment", op, prop, switch)
+    if cell in session.drawn_done or not applies(session, op, prop, switch):
         return 0, []
-    session.deployment_done.add(cell)
+    session.drawn_done.add(cell)
     case = deployment_case(session, op, prop)
     if case is None:
         return 0, []

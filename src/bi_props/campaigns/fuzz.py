@@ -205,6 +205,17 @@ def run_slice(
         if any(retires(f) for f in deployed_new):
             settle_turn(cell, explicit_new, False)
             return count
+        # and once, every small size of each dimension (campaigns/small_cover.py)
+        from .small_cover import run_small_cover
+
+        judged, small_new = run_small_cover(
+            session, cell.op, cell.prop, cell.switch, shrink_end=stop_at
+        )
+        count += judged
+        explicit_new += small_new
+        if any(retires(f) for f in small_new):
+            settle_turn(cell, explicit_new, False)
+            return count
     is_settled = getattr(session, "settled", lambda signature: False)
     accounted = getattr(session, "accounted", lambda failure: is_settled(failure.classed()))
     has_finding = getattr(session, "has_finding_for", lambda failure: False)

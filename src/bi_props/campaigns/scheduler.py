@@ -68,11 +68,13 @@ turn's time limit. Its policy, in order:
    that has recorded no finding yet, takes one short turn (``KNOWN_TURN_S``: its smallest known
    case at least) before any other cell's, first turns included: a kernel as batch-variant as
    stock fails there, so that evidence must not wait on the luck of the budget (on a loaded
-   2-core machine the first turns of 221 cells once outlasted a 180 s budget). Once every cell
-   has had its first turn, a cell with a *floor* (a claimed op's enabled reference and
-   batch-invariance cells: ``[runner] min_judged`` judged examples, or the run is thin) that is
-   below it, or with known cases still pending, takes the next turn: pending cases first, then
-   the cell furthest below its floor. A
+   2-core machine the first turns of 221 cells once outlasted a 180 s budget). Once every
+   claimed op's enabled-state cell has had its first turn, a cell with a *floor* (a claimed
+   op's enabled reference and batch-invariance cells: ``[runner] min_judged`` judged examples,
+   or the run is thin) that is below it, or with known cases still pending, takes the next
+   turn, before the first turns of disabled-state and unclaimed cells (on a slower 2-core
+   machine those first turns lasted until 46 s of 60, and the floors were missed): pending
+   cases first, then the cell furthest below its floor. A
    cell that has run ``FLOOR_PATIENCE`` x its floor in examples without reaching it (its
    examples are degenerate, say) no longer jumps the queue.
 6. **A stated evidence size ends turns, not time.** With ``examples_per_cell`` (``bi-props fuzz
@@ -258,6 +260,10 @@ class Scheduler:
             cell.jumped = True
             return cell, min(KNOWN_TURN_S, self._turn_s(), left)
         first = [c for c in live_cells if c.turns == 0]
+        urgent = [c for c in live_cells if c.urgent and c.turns]
+        if urgent and not any(c.claimed and c.enabled_state for c in first):
+            # a claimed op's floor before the first turns of disabled-state and unclaimed cells
+            return self._most_urgent(urgent), min(self._turn_s(), left)
         if first:
             started: dict[Any, int] = {}  # first turns taken per target
             for c in live_cells:
@@ -277,27 +283,30 @@ class Scheduler:
             part = cell.weight / sum(c.weight for c in first)  # a weighted part of the third
             limit = max(MIN_TURN_S, third_left * part) if third_left > 0 else MIN_TURN_S
             return cell, min(limit, self._turn_s(), left)
-        urgent = [c for c in live_cells if c.urgent]
-        if urgent:  # the target that has had the least time first (targets share the budget)
-            spent: dict[Any, float] = {}
-            for c in self.cells():
-                spent[c.group] = spent.get(c.group, 0.0) + c.seconds
-            cell = min(
-                urgent,
-                key=lambda c: (
-                    spent.get(c.group, 0.0),
-                    not c.pending,
-                    c.judged / max(c.floor, 1),
-                    c.turns,
-                    c.order,
-                ),
-            )
-            return cell, min(self._turn_s(), left)
+        if urgent:
+            return self._most_urgent(urgent), min(self._turn_s(), left)
         cell = min(
             live_cells,
             key=lambda c: (c.effort / c.weight, not c.enabled_state, c.turns, c.order),
         )
         return cell, min(self._turn_s(), left)
+
+    def _most_urgent(self, urgent: list[Item]) -> Item:
+        """The target that has had the least time first (targets share the budget), then
+        pending known cases, then the cell furthest below its floor."""
+        spent: dict[Any, float] = {}
+        for c in self.cells():
+            spent[c.group] = spent.get(c.group, 0.0) + c.seconds
+        return min(
+            urgent,
+            key=lambda c: (
+                spent.get(c.group, 0.0),
+                not c.pending,
+                c.judged / max(c.floor, 1),
+                c.turns,
+                c.order,
+            ),
+        )
 
     def shrink_end(self, now: float, item: Item | None = None) -> float:
         """When a shrink that starts ``now`` (in ``item``'s turn) must stop, in seconds since the

@@ -148,9 +148,9 @@ class Session:
     # examples (campaigns/explicit.py).
     explicit_done: dict[tuple, set] = field(default_factory=dict, repr=False)
     dtype_templates: dict[tuple, Case] = field(default_factory=dict, repr=False)
-    # Each cell's deployment-size example, and the cells that ran it (deployment_example.py).
-    deployment_cases: dict[tuple, Case | None] = field(default_factory=dict, repr=False)
-    deployment_done: set[tuple] = field(default_factory=set, repr=False)
+    # Explicit examples drawn once per session by kind (deployment_example.py, small_cover.py)
+    drawn_examples: dict[tuple, Any] = field(default_factory=dict, repr=False)
+    drawn_done: set[tuple] = field(default_factory=set, repr=False)
     # How a failure recorded now was shrunk, when not by Hypothesis (an explicit example).
     shrink_note: str = field(default="", repr=False)
     # Whether cells run their explicit examples before drawing (campaigns/explicit.py).

@@ -34,6 +34,7 @@ from ..model.case import (
     Companion,
     case_size,
 )
+from . import hangs
 
 if TYPE_CHECKING:
     from ..model.verdict import Verdict
@@ -187,6 +188,8 @@ def shrink(
         case = data.draw(reductions(base), label="case")
         if stop_at is not None and time.monotonic() >= stop_at:
             raise _Stop()
+        if hangs.confirmation_due(session, [failure]):  # a suspected hang's full confirmation
+            raise _Stop(hangs.CONFIRMATION_WHY)
         try:
             seen = fails_like(session, failure, case)
         except DeadlineReached:  # the campaign's end: the smallest case seen stands
@@ -202,10 +205,11 @@ def shrink(
     how = f"not shrunk: {origin} that did not fail again when replayed"
     try:
         search()
-    except _Stop:
+    except _Stop as stop:
+        why = str(stop) or "at the end of its time"
         how = (
-            f"shrunk from {origin} for {spent():.0f} s, stopped at the end of its time: the "
-            "smallest failing case seen"
+            f"shrunk from {origin} for {spent():.0f} s, stopped {why}: the smallest failing "
+            "case seen"
         )
     except _Same:
         how = f"shrunk by Hypothesis from {origin} ({spent():.1f} s)"

@@ -1,0 +1,150 @@
+"""Every small size once: a cover of small shapes in a claimed op's enabled reference cell.
+
+A kernel that misbehaves at one particular small size (a hang when K is 7, a wrong tail when
+the last dimension is 13) is found by a random search only when it happens to draw that size:
+Hypothesis' integers favour the ends of a range and the space's tile edges, so an inner value
+such as 7 came about once in a hundred draws of ``mm``, and a short campaign ran too few
+examples of one cell to meet it. Like PyTorch's exhaustive 16-bit inputs, the small sizes are few
+enough to try each: in its first turn, the enabled ``reference`` cell of an op the target claims
+runs a cover of the cell's own strategy drawn in a space clipped to ``SMALL`` along every extent
+(rows, dims, companions, attention lengths, paged contexts; no deployment sizes): of ``DRAWS``
+draws (fixed seed, generation only), greedily the case that adds the most (dimension, size) pairs
+not yet covered, the cheaper first on ties, at most ``MOST`` cases. Every size from the extent's
+minimum to ``SMALL`` of each dimension the strategy varies is then tried at least once.
+
+The cases are judged examples of the cell (coverage lines say ``"explicit": true``); a failure is
+shrunk by Hypothesis like a known case's; a hang is suspected in seconds like any example's
+(campaigns/hangs.py). Drawn once per session; imports no torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from ..model.case import Case
+from ..model.op_registry import OPS
+from ..model.space import Extent, Space
+from .explicit import for_entry, run_cases
+
+SMALL = 16
+"""The largest size of the cover along every extent (the first tile edge of every profile)."""
+DRAWS = 80
+"""Draws of the cell's strategy in the clipped space the cover is chosen from."""
+MOST = 20
+"""Cases of the cover at most: three dimensions of 0..16 need 17."""
+SEED = 20261208
+SMALL_NOTE = (
+    "not shrunk: the cell's explicit small-size example (a cover of every small size of each "
+    "dimension, drawn once)"
+)
+"""The session's ``shrink_note`` while the cover runs."""
+
+
+def applies(session: Any, op: str, prop: str, switch: str) -> bool:
+    """Whether the cell runs the cover: the enabled reference cell of an op the target claims."""
+    if prop != "reference" or switch != "enabled" or op not in OPS:
+        return False
+    covered = getattr(session, "covered", None)
+    return covered is None or bool(covered(op))
+
+
+def small_space(space: Space) -> Space:
+    """``space`` with every size extent clipped to ``SMALL`` and no deployment-size draws."""
+
+    def clip(extent: Extent) -> Extent:
+        return Extent(extent.min, max(extent.min, min(extent.max, SMALL)))
+
+    return replace(
+        space,
+        rows=clip(space.rows),
+        dim=clip(space.dim),
+        companion_rows=clip(space.companion_rows),
+        op_dim={op: clip(e) for op, e in space.op_dim.items()},
+        attention_length=clip(space.attention_length),
+        paged_context=min(space.paged_context, SMALL),
+        max_companions=min(space.max_companions, 3),
+        scale_every=0,
+        modes=space.modes[:1],
+    )
+
+
+def cover(drawn: list[Case], most: int = MOST) -> list[Case]:
+    """Greedily, the case adding the most (dimension, size) pairs not yet covered (the cheaper
+    first on ties), until none adds one or ``most`` are chosen; cheapest first."""
+    from ..runner.controller import case_work
+
+    left = sorted(drawn, key=case_work)
+    covered: set[tuple[int, int]] = set()
+    chosen: list[Case] = []
+    while left and len(chosen) < most:
+        gains = [len(set(enumerate(c.shape)) - covered) for c in left]
+        best = max(range(len(left)), key=lambda i: (gains[i], -i))
+        if gains[best] == 0:
+            break
+        case = left.pop(best)
+        covered |= set(enumerate(case.shape))
+        chosen.append(case)
+    return sorted(chosen, key=case_work)
+
+
+def cover_cases(session: Any, op: str, prop: str) -> list[Case]:
+    """The cell's small-size cover, drawn once per session."""
+    cache: dict = session.drawn_examples
+    key = ("small", op, prop)
+    if key not in cache:
+        cache[key] = cover(_draws(session, op, prop))
+    return cache[key]
+
+
+def _draws(session: Any, op: str, prop: str) -> list[Case]:
+    from random import Random
+
+    from hypothesis import HealthCheck, Phase, find, settings
+    from hypothesis.errors import NoSuchExample, Unsatisfiable
+
+    from ..catalogue.strategies import cases
+    from .modes import mode_space
+
+    strategy = cases(small_space(mode_space(session)), op, prop, session.entries(op))
+    quiet = settings(
+        database=None,
+        max_examples=DRAWS,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+        deadline=None,
+    )
+    drawn: list[Case] = []
+
+    def keep(case: Case) -> bool:
+        drawn.append(case)
+        return False
+
+    try:
+        find(strategy, keep, settings=quiet, random=Random(SEED))
+    except (NoSuchExample, Unsatisfiable):
+        pass
+    return drawn
+
+
+def run_small_cover(
+    session: Any,
+    op: str,
+    prop: str,
+    switch: str,
+    shrink_end: float | None = None,
+) -> tuple[int, list]:
+    """Run the cell's small-size cover once per session, whole (no case starts after
+    ``shrink_end``); return (examples judged, new failures), as ``explicit.run_explicit``."""
+    cell = ("small", op, prop, switch)
+    if cell in session.drawn_done or not applies(session, op, prop, switch):
+        return 0, []
+    session.drawn_done.add(cell)
+    ready = [c for c in (for_entry(session, c) for c in cover_cases(session, op, prop)) if c]
+    # all of it in one turn (each case is small), up to the slice's bound on shrinking
+    return run_cases(
+        session, op, prop, switch, ready, SMALL_NOTE, lambda c: None, shrink_end, shrink_end
+    )
+
+
+__all__ = ["SMALL_NOTE", "applies", "cover", "cover_cases", "run_small_cover", "small_space"]
