@@ -292,7 +292,12 @@ def test_the_plugin_reports_a_widening_as_xfail_and_fails_it_with_strict_contrac
     assert "ACCEPTS MORE THAN STOCK: silu parity [both]" in output  # the terminal summary
     report = json.loads((pytester.path / "report.json").read_text())
     assert [f["kind"] for f in report["findings"]] == ["widening"]
+    certificate = json.loads((pytester.path / "certificate.json").read_text())  # beside it
+    assert certificate["verdict"] == "PASS", certificate["not_measured"]
+    assert certificate["provenance"]["command"].startswith("pytest")
 
     strict = _suite(pytester, "--bi-strict-contract")
     assert strict.ret == pytest.ExitCode.TESTS_FAILED, strict.stdout.str()
     assert "fails the run: --strict-contract" in strict.stdout.str()
+    certificate = json.loads((pytester.path / "certificate.json").read_text())
+    assert certificate["verdict"] == "FAIL"

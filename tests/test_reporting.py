@@ -260,7 +260,7 @@ def test_html_is_self_contained_and_its_plots_are_pngs(campaign_dir: Path) -> No
     from PIL import Image
 
     written = write_reports(campaign_dir)
-    assert set(written) == {"markdown", "junit", "html"}
+    assert set(written) == {"markdown", "junit", "html", "certificate", "certificate_md"}
     parser = _Images()
     parser.feed((campaign_dir / "report.html").read_text())
     assert parser.scripts == 0 and parser.external == []
@@ -327,7 +327,13 @@ def test_the_report_command(campaign_dir: Path, tmp_path: Path, capsys) -> None:
         (campaign_dir / name).unlink(missing_ok=True)
     assert main(["report", str(campaign_dir)]) == 0
     printed = capsys.readouterr().out.split()
-    assert sorted(Path(p).name for p in printed) == ["junit.xml", "report.html", "report.md"]
+    assert sorted(Path(p).name for p in printed) == [
+        "certificate.json",
+        "certificate.md",
+        "junit.xml",
+        "report.html",
+        "report.md",
+    ]
     assert all((campaign_dir / n).exists() for n in ("report.md", "junit.xml", "report.html"))
     assert main(["report", str(tmp_path / "nothing-here")]) == 2
 

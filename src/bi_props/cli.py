@@ -240,6 +240,17 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument(
         "--no-plots", action="store_true", help="skip the matplotlib plots in report.html"
     )
+    certify = sub.add_parser(
+        "certify",
+        help="print the run's certificate (verdict, scope, evidence, provenance, what was not "
+        "measured) for an upstream PR or a tested-models list",
+        description="Print DIR's certificate.md (written again from report.json), paste-ready. "
+        "Exits with the run's verdict: 0 PASS, 1 FAIL, 3 NOT MEASURED.",
+        formatter_class=_HelpFormatter,
+        epilog=_examples("bi-props certify bi_props-out", "bi-props certify bi_props-out --json"),
+    )
+    certify.add_argument("dir", type=Path, metavar="DIR", help="the --out of a bi-props run")
+    certify.add_argument("--json", action="store_true", help="print certificate.json instead")
     return parser
 
 
@@ -714,6 +725,21 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
+def _certify(args: argparse.Namespace) -> int:
+    import json
+
+    from .reporting import certificate
+    from .reporting.data import load
+
+    if not (args.dir / "report.json").exists():
+        return _usage(f"{args.dir}: no report.json (the --out of a bi-props fuzz run?)")
+    data = load(args.dir)
+    certificate.write(data)
+    cert = certificate.build(data)
+    print(json.dumps(cert, indent=1) if args.json else certificate.render(cert), end="")
+    return {"PASS": 0, "FAIL": 1}.get(cert["verdict"], 3)
+
+
 def _doctor(args: argparse.Namespace) -> int:
     from .doctor import doctor
 
@@ -752,6 +778,7 @@ def main(argv: list[str] | None = None) -> int:
         "repro": _repro,
         "promote": _promote,
         "report": _report,
+        "certify": _certify,
     }
     return commands[args.command](args)
 

@@ -467,11 +467,24 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
             session.exitstatus = pytest.ExitCode.INTERNAL_ERROR  # 3
         elif state._session.switching.get("ok") is False and session.exitstatus == 0:
             session.exitstatus = pytest.ExitCode.TESTS_FAILED  # a switching finding: exit 1
+        _write_certificate(state._session)
     if state is not None and hasattr(session.config, "workeroutput"):  # a pytest-xdist worker
         _send_to_controller(session.config, state)
     elif state is not None and 3 in _from_workers(session.config, "exit_status"):
         # the controller: a worker's Session had no trustworthy verdict
         session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+
+
+def _write_certificate(bi_session) -> None:
+    """certificate.json and .md beside ``--bi-report``'s file (reporting/certificate.py)."""
+    path = bi_session.report_path
+    if path is None:
+        return
+    from .reporting import certificate
+    from .reporting.data import load
+
+    bi_session.write_report()
+    certificate.write(load(path.parent, path.name))
 
 
 def _report_path(config: pytest.Config) -> Path | None:

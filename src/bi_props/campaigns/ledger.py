@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from ..model.space import Space
+from ..reporting.certificate import provenance
 from .records import INTERNAL, STATUS_INTERNAL, STATUS_RUNNING, Finding
 
 FINDINGS_FILE = "findings.jsonl"
@@ -264,6 +265,7 @@ class Ledger:
                 "mode": mode,
                 "resumed": self.resumed,
                 "rounds": self.round_ranges,
+                **provenance(),
             }
         )
         self.save_state()

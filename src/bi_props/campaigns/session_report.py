@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..integrations import switches
 from ..model import property_spec
 from ..model.modes import mode_lines
+from ..reporting.certificate import provenance
 from .evidence import EvidenceSession, session_evidence
 from .modes import modes_report
 
@@ -79,6 +80,7 @@ def session_report(session: ReportSession) -> dict[str, Any]:
         "profile": session.space.profile,
         "strategies": session.space.source,
         "environment": environment,
+        **provenance(),  # the command line and bi_props (the certificate's provenance)
         # the target's declared internal precision per op, per switch state (Target.precision)
         "precision": {state: hello.precision for state, hello in session.runner._hellos.items()},
         "examples": session.runner.examples,

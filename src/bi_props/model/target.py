@@ -172,7 +172,11 @@ class Target:
 
         import torch
 
-        return {"python": platform.python_version(), "torch": torch.__version__}
+        return {
+            "python": platform.python_version(),
+            "torch": torch.__version__,
+            "device": self.device,
+        }
 
     def promises_inference(self) -> bool:
         """Whether the switch promises batch-invariant inference as a whole (an engine's switch,

@@ -1,4 +1,5 @@
-"""Reports of a fuzz campaign: ``report.md``, ``junit.xml`` and ``report.html`` from ``DIR``.
+"""Reports of a fuzz campaign: ``report.md``, ``junit.xml``, ``report.html`` and the certificate
+(``certificate.json``, ``certificate.md``) from ``DIR``.
 
 ``bi-props report DIR`` renders them again (and every ``bi-props fuzz`` run writes them at its end).
 Markdown and JUnit need nothing beyond the standard library; the HTML plots need matplotlib (the
@@ -22,9 +23,10 @@ def _write(path: Path, text: str) -> Path:
 
 
 def write_reports(out: str | Path, *, plots: bool = True) -> dict[str, Path]:
-    """Render DIR/report.md, DIR/junit.xml and DIR/report.html; return their paths by kind."""
+    """Render DIR/report.md, DIR/junit.xml, DIR/report.html and the certificate
+    (certificate.json, certificate.md); return their paths by kind."""
+    from . import certificate, html, junit, markdown
     from . import data as data_module
-    from . import html, junit, markdown
 
     out = Path(out)
     data = data_module.load(out)
@@ -32,4 +34,5 @@ def write_reports(out: str | Path, *, plots: bool = True) -> dict[str, Path]:
         "markdown": _write(out / "report.md", markdown.render(data)),
         "junit": _write(out / "junit.xml", junit.render(data)),
         "html": _write(out / "report.html", html.render(data, plots=plots)),
+        **certificate.write(data),
     }

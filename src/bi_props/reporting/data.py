@@ -408,10 +408,11 @@ def unclaimed_text(entry: dict[str, Any]) -> str:
     return text + (f"; smallest case seen: {entry['case']}" if entry.get("case") else "")
 
 
-def load(out: Path) -> ReportData:
-    """Read DIR/report.json and stream DIR/examples.jsonl."""
+def load(out: Path, name: str = "report.json") -> ReportData:
+    """Read DIR/report.json (``name``: the pytest plugin's ``--bi-report`` file) and stream
+    DIR/examples.jsonl."""
     out = Path(out)
-    report = json.loads((out / "report.json").read_text())
+    report = json.loads((out / name).read_text())
     statuses = finding_statuses(report)
     default_target = (report.get("targets") or [report.get("target", "?")])[0]
     coverage: dict[tuple, CoverageRow] = {}
