@@ -424,6 +424,8 @@ def test_kernels_avoid_banned_calls() -> None:
             owner = node.func.value
             if isinstance(owner, ast.Name) and owner.id == "math":
                 continue  # Python scalars (math.sqrt is correctly rounded): not tensor code paths
+            if isinstance(owner, ast.Name) and owner.id == "ns":
+                continue  # a route's forwarder: the custom op torch.ops.<namespace>, the kernel
             if isinstance(owner, ast.Name) and owner.id == "F":
                 found.append(f"{module.__name__}:{node.lineno} F.{node.func.attr}")
             if node.func.attr in banned or any(kw.arg == "alpha" for kw in node.keywords):

@@ -76,7 +76,9 @@ class ExplicitSession(Protocol):
 
     def same_failure(self, failure: Failure) -> Finding | None: ...
 
-    def finalize(self, failure: Failure, shrink: str = "complete") -> None: ...
+    def finalize(
+        self, failure: Failure, shrink: str = "complete", confirm_kind: str | None = None
+    ) -> None: ...
 
     def judge(self, op: str, prop: str, switch: str, case: Case) -> Verdict: ...
 
@@ -252,6 +254,17 @@ def mark_done(session: ExplicitSession, op: str, prop: str, switch: str, case: C
     session.explicit_done.setdefault((op, prop, switch), set()).add(repr(case))
 
 
+def _passes_again(session: ExplicitSession, failure) -> bool:
+    """Whether the very case of ``failure`` passes when judged once more in the same worker
+    (failing differently, a crash then a timeout under load, is no evidence of a flaky one)."""
+    from ..runner.controller import WorkerFailure
+
+    try:
+        return session.judge(failure.op, failure.prop, failure.switch, failure.case).ok
+    except WorkerFailure:
+        return False
+
+
 __all__ = [
     "MAX_VARIANTS",
     "SEEDS",
@@ -413,7 +426,8 @@ def _record_shrunk(
 ) -> None:
     """Shrink an explicit example's failure (campaigns/shrink.py) and record it; ``note``: the
     session's ``shrink_note`` to put back."""
-    from .shrink import shrink
+    from .records import FLAKY_SHRINK, as_flaky
+    from .shrink import NOT_REPLAYED, shrink
 
     if session.same_failure(failure) is not None:  # its root cause is shrunk already
         session.shrink_note = ""
@@ -425,6 +439,9 @@ def _record_shrunk(
     shrunk, how = shrink(session, failure, stop_at)  # judges candidates, records nothing
     session.shrink_note = ""
     try:
-        session.finalize(shrunk, shrink=how)
+        if NOT_REPLAYED in how and _passes_again(session, failure):  # nondeterminism
+            session.finalize(as_flaky(failure), shrink=FLAKY_SHRINK, confirm_kind=failure.kind)
+        else:
+            session.finalize(shrunk, shrink=how)
     finally:
         session.shrink_note = note

@@ -12,7 +12,7 @@ them.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 try:
     from builtins import BaseExceptionGroup, ExceptionGroup
@@ -26,7 +26,13 @@ from hypothesis import strategies as st
 from ..catalogue import cells
 from ..model.space import Space
 from ..runner.controller import DeadlineReached
-from .records import FAILED_DIFFERENTLY, FLAKY, INTERNAL, RETIRING_KINDS, Failure
+from .records import (
+    FAILED_DIFFERENTLY,
+    FLAKY_SHRINK,
+    RETIRING_KINDS,
+    Failure,
+    as_flaky,
+)
 from .session import Session, case_size, internal_message, is_final_replay
 
 SLICE_EXAMPLES = 10
@@ -469,18 +475,5 @@ def _hypothesis_flaky(exc: BaseException) -> bool:
 
 def _record_flaky(session: Session, failure: Failure) -> None:
     """A failure that passed when Hypothesis replayed the very same case: a ``flaky`` finding
-    (nondeterminism: an atomic reduction, a race, a cache) with both observations. bi_props'
-    own errors stay ``internal``."""
-    kind = INTERNAL if failure.kind == INTERNAL else FLAKY
-    message = (
-        f"first run of the case: {failure.prop} [{failure.switch}] failed ({failure.kind}):\n"
-        f"{failure.message}\n\n"
-        f"replay of the same case in the same worker: passed. The result depends on more than "
-        f"the inputs (nondeterminism), so Hypothesis could not reproduce it."
-    )
-    flaky = replace(failure, kind=kind, message=message)
-    session.finalize(
-        flaky,
-        shrink="not shrunk: the failure did not replay (flaky); the case as first seen",
-        confirm_kind=failure.kind,
-    )
+    (``records.as_flaky``)."""
+    session.finalize(as_flaky(failure), shrink=FLAKY_SHRINK, confirm_kind=failure.kind)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..model.case import Case, case_class, class_of
 
@@ -140,6 +140,23 @@ class Failure:
         """``signature`` and the case's failure class (``case_class``): what is recorded, and
         what a known or recorded finding settles."""
         return (*self.signature(), case_class(self.case))
+
+
+FLAKY_SHRINK = "not shrunk: the failure did not replay (flaky); the case as first seen"
+
+
+def as_flaky(failure: Failure) -> Failure:
+    """A failure whose very case passed when run again in the same worker: a ``flaky`` failure
+    (nondeterminism: an atomic reduction, a race, a cache, a warm-up path) with both
+    observations in its message. bi_props' own errors stay ``internal``."""
+    kind = INTERNAL if failure.kind == INTERNAL else FLAKY
+    message = (
+        f"first run of the case: {failure.prop} [{failure.switch}] failed ({failure.kind}):\n"
+        f"{failure.message}\n\n"
+        f"replay of the same case in the same worker: passed. The result depends on more than "
+        f"the inputs (nondeterminism), so Hypothesis could not reproduce it."
+    )
+    return replace(failure, kind=kind, message=message)
 
 
 def failure_class(failure: Failure) -> tuple | None:

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..integrations import switches
 from ..model import property_spec
 from ..model.modes import mode_lines
-from ..reporting.certificate import provenance
 from .evidence import EvidenceSession, session_evidence
 from .modes import modes_report
 
@@ -68,6 +67,8 @@ def report_properties(session: ReportSession) -> list[dict[str, Any]]:
 
 def session_report(session: ReportSession) -> dict[str, Any]:
     """report.json's content: every verdict, note and count of one session."""
+    from ..reporting.certificate import provenance
+
     environment = {}
     try:
         environment = dict(session.runner._hellos["disabled"].environment)

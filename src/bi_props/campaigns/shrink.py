@@ -40,6 +40,8 @@ if TYPE_CHECKING:
     from ..model.verdict import Verdict
     from .records import Failure
 
+NOT_REPLAYED = "that did not fail again when replayed"
+"""How a shrink ends whose base case passed when run again: the failure is ``flaky``."""
 DTYPE_ORDER = (*DTYPES, *PARITY_DTYPES)
 """Dtypes in the order a shrink prefers them (float32 first)."""
 SHRINK_EXAMPLES = 2000
@@ -202,7 +204,7 @@ def shrink(
     search._hypothesis_internal_database_key = key
     search.hypothesis.inner_test._hypothesis_internal_add_digest = key
     spent = lambda: time.monotonic() - started  # noqa: E731
-    how = f"not shrunk: {origin} that did not fail again when replayed"
+    how = f"not shrunk: {origin} {NOT_REPLAYED}"
     try:
         search()
     except _Stop as stop:

@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from .primitives import exp
+from .route import KernelRoute
 
 
 def silu(x: Tensor) -> Tensor:
@@ -103,3 +104,26 @@ def gelu_and_mul(x: Tensor, approximate: str = "none") -> Tensor:
         # of -1 there, which gave -inf: found by the exhaustive 16-bit sweep)
         gelu = torch.where(a == float("-inf"), torch.full_like(gelu, float("nan")), gelu)
         return (gelu * b).to(x.dtype)
+
+
+ROUTES = (
+    KernelRoute(
+        "silu(Tensor self) -> Tensor",
+        silu,
+        ops=("silu",),
+        aten={"silu": lambda ns: lambda self: ns.silu(self)},
+    ),
+    KernelRoute(
+        "silu_and_mul(Tensor x) -> Tensor",
+        silu_and_mul,
+        ops=("silu_and_mul",),
+        composite="silu_and_mul",
+    ),
+    KernelRoute(
+        "gelu_and_mul(Tensor x, str approximate='none') -> Tensor",
+        gelu_and_mul,
+        ops=("gelu_and_mul",),
+        composite="gelu_and_mul",
+    ),
+)
+"""The kernels of this module and how the switch routes to them (route.py)."""

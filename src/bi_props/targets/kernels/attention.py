@@ -11,6 +11,7 @@ from torch import Tensor
 from ...ops import check_mixed_args, check_varlen_args
 from .normalization import softmax_core
 from .primitives import compute_dtype, matmul_tree
+from .route import KernelRoute
 
 
 @torch.no_grad()
@@ -96,3 +97,22 @@ def mixed_attention(
         probs = softmax_core(scores, -1)
         out[qa:qb] = matmul_tree(probs, vs).permute(1, 0, 2)
     return out.to(q.dtype)
+
+
+ROUTES = (
+    KernelRoute(
+        "varlen_attention(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens, float? scale=None,"
+        " bool causal=True) -> Tensor",
+        varlen_attention,
+        ops=("attention",),
+        composite="varlen_attention",
+    ),
+    KernelRoute(
+        "mixed_attention(Tensor q, Tensor k, Tensor v, Tensor cu_seqlens_q, Tensor cu_seqlens_k,"
+        " float? scale=None, bool causal=True) -> Tensor",
+        mixed_attention,
+        ops=("mixed_attention",),
+        composite="mixed_attention",
+    ),
+)
+"""The kernels of this module and how the switch routes to them (route.py)."""

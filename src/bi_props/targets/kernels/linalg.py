@@ -11,6 +11,7 @@ import torch
 from torch import Tensor
 
 from .primitives import compute_dtype, matmul_tree, tree_sum
+from .route import KernelRoute
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -124,3 +125,45 @@ def mv(self: Tensor, vec: Tensor) -> Tensor:
     _check_same_dtype(self, vec, "mat and vec")
     cd = compute_dtype(self.dtype)
     return tree_sum(self.to(cd) * vec.to(cd)[None, :], 1).to(self.dtype)
+
+
+ROUTES = (
+    KernelRoute(
+        "mm(Tensor self, Tensor mat2) -> Tensor",
+        mm,
+        ops=("mm", "matmul", "linear"),
+        aten={"mm": lambda ns: lambda self, mat2: ns.mm(self, mat2)},
+        all_dtypes=True,
+    ),
+    KernelRoute(
+        "addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor",
+        addmm,
+        ops=("addmm", "linear"),
+        aten={
+            "addmm": lambda ns: (
+                lambda self, mat1, mat2, *, beta=1, alpha=1: ns.addmm(
+                    self, mat1, mat2, beta=beta, alpha=alpha
+                )
+            )
+        },
+        all_dtypes=True,
+    ),
+    KernelRoute(
+        "bmm(Tensor self, Tensor mat2) -> Tensor",
+        bmm,
+        ops=("bmm", "matmul", "linear"),
+        aten={"bmm": lambda ns: lambda self, mat2: ns.bmm(self, mat2)},
+        all_dtypes=True,
+    ),
+    KernelRoute(
+        "mv(Tensor self, Tensor vec) -> Tensor",
+        mv,
+        ops=("matmul", "linear"),  # vector @ vector (aten::dot) goes to mv too
+        aten={
+            "mv": lambda ns: lambda self, vec: ns.mv(self, vec),
+            "dot": lambda ns: lambda self, tensor: ns.mv(self.unsqueeze(0), tensor).reshape(()),
+        },
+        all_dtypes=True,
+    ),
+)
+"""The kernels of this module and how the switch routes to them (route.py)."""

@@ -17,6 +17,7 @@ from torch import Tensor
 
 from .normalization import softmax_core
 from .primitives import compute_dtype, exp, matmul_tree, tree_sum
+from .route import KernelRoute
 from .sampling import top_k
 
 
@@ -90,3 +91,15 @@ def fused_moe(
         expert_out[token, slot] = matmul_tree(act[None], w2[expert].to(cd).t()[None])[0]
     out = tree_sum(expert_out * weights.unsqueeze(-1), 1)
     return out.to(hidden_states.dtype)
+
+
+ROUTES = (
+    KernelRoute(
+        "fused_moe(Tensor hidden_states, Tensor w1, Tensor w2, Tensor gating_output, int topk,"
+        " bool renormalize=True) -> Tensor",
+        fused_moe,
+        ops=("fused_moe",),
+        composite="fused_moe",
+    ),
+)
+"""The kernels of this module and how the switch routes to them (route.py)."""

@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from .primitives import compute_dtype, exp, log, sqrt, tree_max, tree_sum
+from .route import KernelRoute
 
 _HALF = (torch.float16, torch.bfloat16)
 
@@ -194,3 +195,79 @@ def layer_norm(
     if bias is not None:
         y = y + bias.to(cd).reshape(count)
     return y.reshape(input.shape).to(input.dtype)
+
+
+def _layer_norm(ns):
+    def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5, cudnn_enable=True):
+        return ns.layer_norm(input, normalized_shape, weight, bias, eps)
+
+    return layer_norm
+
+
+def _fused_add_rms_norm(ns):
+    def fused_add_rms_norm(x, residual, weight, eps=1e-6):
+        """Batch-invariant ``bi_props.ops.fused_add_rms_norm``, in place; returns the two
+        mutated tensors, as the stock composite does."""
+        ns.fused_add_rms_norm(x, residual, weight, float(eps))
+        return x, residual
+
+    return fused_add_rms_norm
+
+
+ROUTES = (
+    KernelRoute(
+        "softmax(Tensor self, int dim, bool half_to_float) -> Tensor",
+        softmax,
+        ops=("softmax",),
+        aten={
+            "_softmax": lambda ns: (
+                lambda self, dim, half_to_float: ns.softmax(self, dim, half_to_float)
+            )
+        },
+    ),
+    KernelRoute(
+        "log_softmax(Tensor self, int dim, bool half_to_float) -> Tensor",
+        log_softmax,
+        ops=("log_softmax",),
+        aten={
+            "_log_softmax": lambda ns: (
+                lambda self, dim, half_to_float: ns.log_softmax(self, dim, half_to_float)
+            )
+        },
+    ),
+    KernelRoute(
+        "rms_norm(Tensor input, int[] normalized_shape, Tensor? weight=None, float? eps=None)"
+        " -> Tensor",
+        rms_norm,
+        ops=("rms_norm",),
+        aten={
+            "rms_norm": lambda ns: (
+                lambda input, normalized_shape, weight=None, eps=None: ns.rms_norm(
+                    input, normalized_shape, weight, eps
+                )
+            )
+        },
+    ),
+    KernelRoute(
+        "add_rms_norm(Tensor x, Tensor residual, Tensor weight, float? eps=None)"
+        " -> (Tensor, Tensor)",
+        add_rms_norm,
+        ops=("add_rms_norm",),
+        composite="add_rms_norm",
+    ),
+    KernelRoute(
+        "fused_add_rms_norm(Tensor(a!) x, Tensor(b!) residual, Tensor weight, float eps) -> ()",
+        fused_add_rms_norm,
+        ops=("fused_add_rms_norm",),
+        composite="fused_add_rms_norm",
+        forward=_fused_add_rms_norm,
+    ),
+    KernelRoute(
+        "layer_norm(Tensor input, int[] normalized_shape, Tensor? weight=None, Tensor? bias=None,"
+        " float eps=1e-05) -> Tensor",
+        layer_norm,
+        ops=("layer_norm",),
+        aten={"layer_norm": _layer_norm},
+    ),
+)
+"""The kernels of this module and how the switch routes to them (route.py)."""

@@ -18,6 +18,7 @@ from torch import Tensor
 from ...ops import check_paged_args
 from .normalization import softmax_core
 from .primitives import compute_dtype, matmul_tree
+from .route import KernelRoute
 
 
 @torch.no_grad()
@@ -55,3 +56,15 @@ def paged_decode_attention(
         probs = softmax_core(scores, -1)
         out[b] = matmul_tree(probs, values).squeeze(1)
     return out.to(query.dtype)
+
+
+ROUTES = (
+    KernelRoute(
+        "paged_decode_attention(Tensor query, Tensor k_cache, Tensor v_cache, Tensor block_table,"
+        " Tensor seq_lens, float? scale=None) -> Tensor",
+        paged_decode_attention,
+        ops=("paged_decode_attention",),
+        composite="paged_decode_attention",
+    ),
+)
+"""The kernels of this module and how the switch routes to them (route.py)."""

@@ -8,6 +8,7 @@ import torch
 from torch import Tensor
 
 from .primitives import compute_dtype, tree_sum
+from .route import KernelRoute
 
 
 def _normalize_dims(dim: int | Sequence[int] | None, ndim: int) -> list[int]:
@@ -123,3 +124,38 @@ _SCALAR_NAMES = {
 
 def _scalar_name(dtype: torch.dtype) -> str:
     return _SCALAR_NAMES.get(dtype, str(dtype).removeprefix("torch."))
+
+
+ROUTES = (
+    KernelRoute(
+        "sum(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None)"
+        " -> Tensor",
+        sum,
+        ops=("sum",),
+        aten={
+            "sum": lambda ns: lambda self, *, dtype=None: ns.sum(self, None, False, dtype=dtype),
+            "sum.dim_IntList": lambda ns: (
+                lambda self, dim, keepdim=False, *, dtype=None: ns.sum(
+                    self, dim, keepdim, dtype=dtype
+                )
+            ),
+        },
+        all_dtypes=True,
+    ),
+    KernelRoute(
+        "mean(Tensor self, int[1]? dim=None, bool keepdim=False, *, ScalarType? dtype=None)"
+        " -> Tensor",
+        mean,
+        ops=("mean",),
+        aten={
+            "mean": lambda ns: lambda self, *, dtype=None: ns.mean(self, None, False, dtype=dtype),
+            "mean.dim": lambda ns: (
+                lambda self, dim, keepdim=False, *, dtype=None: ns.mean(
+                    self, dim, keepdim, dtype=dtype
+                )
+            ),
+        },
+        all_dtypes=True,
+    ),
+)
+"""The kernels of this module and how the switch routes to them (route.py)."""

@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from .primitives import compute_dtype
+from .route import KernelRoute
 
 
 def _check(positions: Tensor, query: Tensor, key: Tensor, head_size: int, cache: Tensor) -> int:
@@ -72,3 +73,16 @@ def rotary_embedding(
         _rotate(query, cos, sin, head_size, rot_dim, is_neox),
         _rotate(key, cos, sin, head_size, rot_dim, is_neox),
     )
+
+
+ROUTES = (
+    KernelRoute(
+        "rotary_embedding(Tensor positions, Tensor query, Tensor key, int head_size,"
+        " Tensor cos_sin_cache, bool is_neox=True) -> (Tensor, Tensor)",
+        rotary_embedding,
+        ops=("rotary_embedding",),
+        composite="rotary_embedding",
+        data_argument=1,  # (positions, query, ...): the query decides
+    ),
+)
+"""The kernels of this module and how the switch routes to them (route.py)."""

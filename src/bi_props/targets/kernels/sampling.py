@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 
 from .primitives import _tree, tree_max
+from .route import KernelRoute
 
 
 def _first_index(hit: Tensor, dim: int) -> Tensor:
@@ -102,3 +103,22 @@ def top_k(logits: Tensor, k: int) -> tuple[Tensor, Tensor]:
             alive.scatter_(-1, first, False)
     shape = [*logits.shape[:-1], k] if logits.dim() else [k]
     return values.reshape(shape), indices.reshape(shape)
+
+
+ROUTES = (
+    KernelRoute(
+        "argmax(Tensor self, int? dim=None, bool keepdim=False) -> Tensor",
+        argmax,
+        ops=("greedy_argmax",),
+        aten={
+            "argmax": lambda ns: lambda self, dim=None, keepdim=False: ns.argmax(self, dim, keepdim)
+        },
+    ),
+    KernelRoute(
+        "top_k(Tensor logits, int k) -> (Tensor, Tensor)",
+        top_k,
+        ops=("top_k",),
+        composite="top_k",
+    ),
+)
+"""The kernels of this module and how the switch routes to them (route.py)."""
