@@ -483,8 +483,15 @@ def _write_certificate(bi_session) -> None:
     from .reporting import certificate
     from .reporting.data import load
 
-    bi_session.write_report()
-    certificate.write(load(path.parent, path.name))
+    try:
+        bi_session.write_report()
+        certificate.write(load(path.parent, path.name))
+    except Exception as exc:  # the certificate must never change the session's outcome
+        import warnings
+
+        warnings.warn(
+            f"bi_props: could not write the certificate beside {path}: {exc!r}", stacklevel=2
+        )
 
 
 def _report_path(config: pytest.Config) -> Path | None:
