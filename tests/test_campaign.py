@@ -391,7 +391,8 @@ def test_resume_after_sigkill_finds_everything_an_uninterrupted_run_finds(
 
     # The same seed, the same examples: round 0 of the first cell the killed campaign drew
     # for (the first turn of both campaigns), in both. A turn is time-boxed, so one campaign's
-    # turn may stop earlier: the shorter is a prefix of the longer.
+    # turn may stop earlier: the shorter is a prefix of the longer. (How long it is depends on
+    # the machine: a floored first turn runs to its floor, and a failure's shrink adds more.)
     drawn = [c for c in _lines(killed / "examples.jsonl") if not c.get("explicit")]
     first = (drawn[0]["op"], drawn[0]["property"], drawn[0]["switch"])
 
@@ -406,7 +407,7 @@ def test_resume_after_sigkill_finds_everything_an_uninterrupted_run_finds(
 
     mine, theirs = round0(killed), round0(full)
     shorter = min(len(mine), len(theirs))
-    assert 1 <= shorter <= 10 and mine[:shorter] == theirs[:shorter], (first, mine, theirs)
+    assert 1 <= shorter and mine[:shorter] == theirs[:shorter], (first, mine, theirs)
 
     # The reports of the resumed run.
     for name in ("report.md", "junit.xml", "report.html"):

@@ -71,10 +71,12 @@ turn's time limit. Its policy, in order:
    2-core machine the first turns of 221 cells once outlasted a 180 s budget). Once every
    claimed op's enabled-state cell has had its first turn, a cell with a *floor* (a claimed
    op's enabled reference and batch-invariance cells: ``[runner] min_judged`` judged examples,
-   or the run is thin) that is below it, or with known cases still pending, takes the next
-   turn, before the first turns of disabled-state and unclaimed cells (on a slower 2-core
-   machine those first turns lasted until 46 s of 60, and the floors were missed): pending
-   cases first, then the cell furthest below its floor. A
+   or the run is thin) that is below it takes one turn before the first turns of
+   disabled-state and unclaimed cells (on a slower 2-core machine those first turns lasted
+   until 46 s of 60, and the floors were missed; one, so that a slow target's floors cannot
+   starve those cells of their only turn). Once every cell has had its first turn, a cell below
+   its floor or with known cases still pending takes the next turn, as many as it needs:
+   pending cases first, then the cell furthest below its floor. A
    cell that has run ``FLOOR_PATIENCE`` x its floor in examples without reaching it (its
    examples are degenerate, say) no longer jumps the queue.
 6. **A stated evidence size ends turns, not time.** With ``examples_per_cell`` (``bi-props fuzz
@@ -141,12 +143,17 @@ class Item:
     pending: bool = False  # explicit cases wait for the cell's next turn (policy 5)
     jumped: bool = False  # had its one early turn for known cases (policy 5)
     failed: bool = False  # recorded a finding in this run (no early turn for known cases)
+    floor_jumped: bool = False  # had its one turn for its floor before others' first turns
+
+    @property
+    def below_floor(self) -> bool:
+        """Below its floor, within ``FLOOR_PATIENCE``."""
+        return self.judged < self.floor and self.examples < FLOOR_PATIENCE * self.floor
 
     @property
     def urgent(self) -> bool:
         """Below its floor (within ``FLOOR_PATIENCE``), or explicit cases pending."""
-        below = self.judged < self.floor and self.examples < FLOOR_PATIENCE * self.floor
-        return self.pending or below
+        return self.pending or self.below_floor
 
     @property
     def enabled_state(self) -> bool:
@@ -260,10 +267,14 @@ class Scheduler:
             cell.jumped = True
             return cell, min(KNOWN_TURN_S, self._turn_s(), left)
         first = [c for c in live_cells if c.turns == 0]
-        urgent = [c for c in live_cells if c.urgent and c.turns]
-        if urgent and not any(c.claimed and c.enabled_state for c in first):
-            # a claimed op's floor before the first turns of disabled-state and unclaimed cells
-            return self._most_urgent(urgent), min(self._turn_s(), left)
+        below = [c for c in live_cells if c.below_floor and c.turns and not c.floor_jumped]
+        if first and below and not any(c.claimed and c.enabled_state for c in first):
+            # one turn for a claimed op's floor before the first turns of disabled-state and
+            # unclaimed cells (one: a slow target's floors must not starve those of their turn)
+            cell = self._most_urgent(below)
+            cell.floor_jumped = True
+            return cell, min(self._turn_s(), left)
+        urgent = [c for c in live_cells if c.urgent]
         if first:
             started: dict[Any, int] = {}  # first turns taken per target
             for c in live_cells:

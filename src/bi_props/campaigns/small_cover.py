@@ -14,7 +14,9 @@ minimum to ``SMALL`` of each dimension the strategy varies is then tried at leas
 
 The cases are judged examples of the cell (coverage lines say ``"explicit": true``); a failure is
 shrunk by Hypothesis like a known case's; a hang is suspected in seconds like any example's
-(campaigns/hangs.py). Drawn once per session; imports no torch.
+(campaigns/hangs.py). Drawn once per session, eagerly: where the run draws only compiled
+calls (a target that compiles every case), no cover, as every new size would compile a new
+graph. Imports no torch.
 """
 
 from __future__ import annotations
@@ -45,6 +47,10 @@ def applies(session: Any, op: str, prop: str, switch: str) -> bool:
     """Whether the cell runs the cover: the enabled reference cell of an op the target claims."""
     if prop != "reference" or switch != "enabled" or op not in OPS:
         return False
+    from .modes import mode_space
+
+    if "eager" not in mode_space(session).modes:  # compiled only: each size a new graph
+        return False
     covered = getattr(session, "covered", None)
     return covered is None or bool(covered(op))
 
@@ -65,7 +71,7 @@ def small_space(space: Space) -> Space:
         paged_context=min(space.paged_context, SMALL),
         max_companions=min(space.max_companions, 3),
         scale_every=0,
-        modes=space.modes[:1],
+        modes=("eager",),  # compiled, each new size would compile a new graph (seconds each)
     )
 
 
@@ -134,17 +140,17 @@ def run_small_cover(
     switch: str,
     shrink_end: float | None = None,
 ) -> tuple[int, list]:
-    """Run the cell's small-size cover once per session, whole (no case starts after
-    ``shrink_end``); return (examples judged, new failures), as ``explicit.run_explicit``."""
+    """Run the cell's small-size cover once per session, whole; a failure's shrink ends at
+    ``shrink_end``; return (examples judged, new failures), as ``explicit.run_explicit``."""
     cell = ("small", op, prop, switch)
     if cell in session.drawn_done or not applies(session, op, prop, switch):
         return 0, []
     session.drawn_done.add(cell)
     ready = [c for c in (for_entry(session, c) for c in cover_cases(session, op, prop)) if c]
-    # all of it in one turn (each case is small), up to the slice's bound on shrinking
-    return run_cases(
-        session, op, prop, switch, ready, SMALL_NOTE, lambda c: None, shrink_end, shrink_end
-    )
+    # all of it in one turn, whatever the turn's limit (each case is small, twenty at most):
+    # cut at the slice's shrink bound it was one case in a crowded campaign; the campaign's
+    # end still stops it (DeadlineReached)
+    return run_cases(session, op, prop, switch, ready, SMALL_NOTE, lambda c: None, None, shrink_end)
 
 
 __all__ = ["SMALL_NOTE", "applies", "cover", "cover_cases", "run_small_cover", "small_space"]
