@@ -407,7 +407,7 @@ def test_resume_after_sigkill_finds_everything_an_uninterrupted_run_finds(
 
     mine, theirs = round0(killed), round0(full)
     shorter = min(len(mine), len(theirs))
-    assert 1 <= shorter and mine[:shorter] == theirs[:shorter], (first, mine, theirs)
+    assert shorter >= 1 and mine[:shorter] == theirs[:shorter], (first, mine, theirs)
 
     # The reports of the resumed run.
     for name in ("report.md", "junit.xml", "report.html"):
