@@ -388,9 +388,12 @@ def run_cases(
     done: Any,
     stop_at: float | None = None,
     shrink_end: float | None = None,
+    first_failure_ends: bool = False,
 ) -> tuple[int, list]:
     """Check ``cases`` in one cell as explicit examples (``note``: the session's
-    ``shrink_note`` meanwhile; ``done(case)`` before each runs); see ``run_explicit``."""
+    ``shrink_note`` meanwhile; ``done(case)`` before each runs); see ``run_explicit``.
+    ``first_failure_ends``: the first failing case ends the run, as a failure ends a turn's
+    search (the cell's later turns explore for other classes)."""
     import time
 
     from ..runner.controller import DeadlineReached
@@ -415,6 +418,9 @@ def run_cases(
                     session.defer_finalize = False
                     _record_shrunk(session, failure, shrink_end, note)
                     new.append(failure)
+                if first_failure_ends:
+                    judged += 1
+                    break
             judged += 1
     finally:
         session.skip_settled, session.shrink_note, session.defer_finalize = saved

@@ -12,11 +12,11 @@ draws (fixed seed, generation only), greedily the case that adds the most (dimen
 not yet covered, the cheaper first on ties, at most ``MOST`` cases. Every size from the extent's
 minimum to ``SMALL`` of each dimension the strategy varies is then tried at least once.
 
-The cases are judged examples of the cell (coverage lines say ``"explicit": true``); a failure is
-shrunk by Hypothesis like a known case's; a hang is suspected in seconds like any example's
-(campaigns/hangs.py). Drawn once per session, eagerly: where the run draws only compiled
-calls (a target that compiles every case), no cover, as every new size would compile a new
-graph. Imports no torch.
+The cases are judged examples of the cell (coverage lines say ``"explicit": true``); the first
+failure ends the cover and is shrunk by Hypothesis like a known case's; a hang is suspected
+in seconds like any example's (campaigns/hangs.py). Drawn once per session, eagerly: where
+the run draws only compiled calls (a target that compiles every case), no cover, as every new
+size would compile a new graph. Imports no torch.
 """
 
 from __future__ import annotations
@@ -150,7 +150,11 @@ def run_small_cover(
     # all of it in one turn, whatever the turn's limit (each case is small, twenty at most):
     # cut at the slice's shrink bound it was one case in a crowded campaign; the campaign's
     # end still stops it (DeadlineReached)
-    return run_cases(session, op, prop, switch, ready, SMALL_NOTE, lambda c: None, None, shrink_end)
+    # the first failure ends it, as a failure ends a turn's search: one cover of 20 small
+    # cases would otherwise record a finding per failure class it meets, unshrunk
+    return run_cases(
+        session, op, prop, switch, ready, SMALL_NOTE, lambda c: None, None, shrink_end, True
+    )
 
 
 __all__ = ["SMALL_NOTE", "applies", "cover", "cover_cases", "run_small_cover", "small_space"]
