@@ -25,7 +25,7 @@ from typing import Any
 from ..model.case import Case
 from ..model.deployment import reaches_goal
 from ..model.op_registry import OPS
-from .explicit import for_entry, run_cases
+from .explicit import for_entry, generated, run_cases
 
 DEPLOYMENT_NOTE = (
     "not shrunk: the cell's explicit deployment-size example (drawn once, at the sizes models "
@@ -63,37 +63,18 @@ def deployment_case(session: Any, op: str, prop: str) -> Case | None:
 
 
 def _draw(session: Any, op: str, prop: str) -> Case | None:
-    from random import Random
-
-    from hypothesis import HealthCheck, Phase, find, settings
-    from hypothesis.errors import NoSuchExample, Unsatisfiable
-
     from ..catalogue.strategies import cases
+    from ..runner.controller import case_work
     from .modes import mode_space
 
     axis = OPS[op].scale
     space = replace(mode_space(session), scale_every=1)  # every draw at deployment size
     strategy = cases(space, op, prop, session.entries(op))
-    quiet = settings(
-        database=None,
-        max_examples=DRAWS,
-        phases=[Phase.generate],  # the first that reaches the goal, as drawn: not shrunk
-        suppress_health_check=list(HealthCheck),
-        deadline=None,
-    )
-    from ..runner.controller import case_work
 
-    reached: list[Case] = []
+    def enough(drawn: list[Case]) -> bool:
+        return sum(reaches_goal(axis, c) for c in drawn) >= CANDIDATES
 
-    def enough(case: Case) -> bool:
-        if reaches_goal(axis, case):
-            reached.append(case)
-        return len(reached) >= CANDIDATES
-
-    try:
-        find(strategy, enough, settings=quiet, random=Random(SEED))
-    except (NoSuchExample, Unsatisfiable):
-        pass
+    reached = [c for c in generated(strategy, DRAWS, SEED, enough) if reaches_goal(axis, c)]
     # the cheapest of them: the goal is the size along the axis, not the work around it
     return min(reached, key=case_work, default=None)
 

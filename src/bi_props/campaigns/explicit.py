@@ -355,6 +355,35 @@ def _simplest_of(strategy) -> Case | None:
         return None
 
 
+def generated(strategy, draws: int, seed: int, enough=lambda drawn: False) -> list[Case]:
+    """Up to ``draws`` cases of ``strategy`` as Hypothesis generates them (fixed ``seed``, no
+    shrinking, no database), stopping once ``enough(drawn so far)``: the drawn explicit
+    examples (deployment_example.py, small_cover.py) are the same in every run of a space."""
+    from random import Random
+
+    from hypothesis import HealthCheck, Phase, find, settings
+    from hypothesis.errors import NoSuchExample, Unsatisfiable
+
+    quiet = settings(
+        database=None,
+        max_examples=draws,
+        phases=[Phase.generate],
+        suppress_health_check=list(HealthCheck),
+        deadline=None,
+    )
+    drawn: list[Case] = []
+
+    def keep(case: Case) -> bool:
+        drawn.append(case)
+        return enough(drawn)
+
+    try:
+        find(strategy, keep, settings=quiet, random=Random(seed))
+    except (NoSuchExample, Unsatisfiable):
+        pass
+    return drawn
+
+
 def run_explicit(
     session: ExplicitSession,
     op: str,
