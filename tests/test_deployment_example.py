@@ -51,3 +51,31 @@ def test_no_example_where_it_does_not_apply() -> None:
     assert not applies(session, "softmax", "batch_invariance", "disabled")
     quiet = _session(replace(load_profile("cpu"), scale_every=0))
     assert not applies(quiet, "softmax", "batch_invariance", "enabled")
+
+
+@pytest.mark.parametrize("op", ["attention", "mixed_attention", "paged_decode_attention"])
+def test_the_context_example_straddles_a_named_switch_point_in_float32(op: str) -> None:
+    """A kernel that splits once the batch's longest sequence passes 512 runs one path for a
+    needle of exactly 512 keys alone and the other beside a longer sequence; a needle of 700
+    would run the split path alone too. And float32, where a changed order shows."""
+    from bi_props.model.deployment import SCALE_POINTS
+
+    case = deployment_case(_session(load_profile("cpu")), op, "batch_invariance")
+    assert case is not None and case.batch is not None, case
+    needle = case.shape[0]
+    assert needle in SCALE_POINTS and any(c.rows > needle for c in case.batch.companions), case
+    assert case.dtype == "float32", case
+
+
+def test_the_preference_ranks_a_straddle_before_a_longer_needle() -> None:
+    from bi_props.campaigns.deployment_example import preference
+    from bi_props.model.case import Batch, Case, Companion
+
+    def case(needle: int, dtype: str = "float32") -> Case:
+        plain = Case("paged_decode_attention", "", dtype, (needle, 1, 1, 8, 16), (), "general", 0)
+        return plain.with_batch(Batch(0, (Companion(1, 3000),)))
+
+    assert preference("context", case(512)) == (0, 0)
+    assert preference("context", case(700)) == (1, 0)
+    assert preference("context", case(512, "bfloat16")) == (0, 1)
+    assert preference("vocab", case(700)) == (0, 0)  # no straddle asked off the context axis
