@@ -570,6 +570,7 @@ from torch.autograd.profiler import profile
 import bi_props.ops as ops
 from bi_props.targets.kernels import activation, attention
 from bi_props.targets.kernels import moe, rotary, sampling
+from bi_props.targets.kernels import quant
 from bi_props.targets.kernels import paged_attention as P, rotary, sampling
 from bi_props.targets.kernels import linalg as L, normalization as N, reductions as R
 from bi_props.targets.kernels.register import KERNEL_PREFIX, ROUTES, install
@@ -725,6 +726,11 @@ entries = {
         "fused_moe",
         lambda: moe.fused_moe(mx, mw1, mw2, mg, 2, False),
     ),
+    "ops.quant_linear": (
+        lambda: ops.quant_linear(a, W, "float8_e4m3fn"),
+        "quant_linear",
+        lambda: quant.quant_linear(a, W, "float8_e4m3fn"),
+    ),
     "ops.paged_decode_attention": (
         lambda: ops.paged_decode_attention(pq, pk, pv, ptable, plens, 0.3),
         "paged_decode_attention",
@@ -800,7 +806,7 @@ def test_routes_cover_the_catalogue_ops(install_report: dict) -> None:
         "rms_norm", "silu", "add_rms_norm", "attention", "silu_and_mul", "gelu_and_mul",
         "fused_add_rms_norm", "layer_norm", "embedding",
         "rotary_embedding", "greedy_argmax", "top_k", "fused_moe", "paged_decode_attention",
-        "mixed_attention",
+        "mixed_attention", "quant_linear",
     }  # fmt: skip
     seen = {e["want"] for e in install_report["entries"].values()}
     assert all(event in seen for events in routes.values() for event in events)

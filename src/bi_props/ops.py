@@ -388,6 +388,74 @@ def fused_moe(
     return out.to(hidden_states.dtype)
 
 
+# -- quantized linear (dynamic per-token activation scales) --------------------------------------
+
+QUANT_QMAX = {"int8": 127.0, "float8_e4m3fn": 448.0}
+"""The largest quantized magnitude of each ``qdtype`` (int8 symmetric: 127; e4m3fn: 448)."""
+QUANT_SCALE_FLOOR = 2.0**-126
+"""The smallest scale (float32's smallest normal): a zero row (or one so small that amax / QMAX
+underflows) is quantized with it, to zeros (or exact multiples of it), never divided by 0."""
+QUANT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def check_quant_args(x: Tensor, weight: Tensor, qdtype: str) -> None:
+    """The contract shared by the stock composite and the kernel: x (M, K) and weight (N, K) of
+    one dtype among float32, bfloat16 and float16, qdtype int8 or float8_e4m3fn."""
+    torch._check(
+        qdtype in QUANT_QMAX,
+        lambda: f"quant_linear: qdtype must be one of {list(QUANT_QMAX)}, got {qdtype!r}",
+    )
+    torch._check(
+        x.dim() == 2 and weight.dim() == 2 and x.shape[1] == weight.shape[1],
+        lambda: (
+            f"quant_linear: x must be (M, K) and weight (N, K), got {tuple(x.shape)} and"
+            f" {tuple(weight.shape)}"
+        ),
+    )
+    torch._check(
+        x.dtype == weight.dtype and x.dtype in QUANT_DTYPES,
+        lambda: (
+            f"quant_linear: x and weight must share a dtype among float32, bfloat16, float16,"
+            f" got {x.dtype} and {weight.dtype}"
+        ),
+    )
+
+
+def quantize_rows(x: Tensor, qdtype: str) -> tuple[Tensor, Tensor]:
+    """Dynamic symmetric quantization of each row on its own: (q, scale), q float32 holding the
+    quantized values, scale (rows, 1) float32. scale = max(amax(|row|) / QMAX, 2^-126) in float32;
+    q = x / scale in float32 (one correctly rounded division), then int8: rounded half to even and
+    clamped to [-127, 127]; e4m3fn: clamped to [-448, 448] (saturating) and cast to
+    float8_e4m3fn (round to nearest even). Every step is per row: batch-invariant."""
+    qmax = QUANT_QMAX[qdtype]
+    x32 = x.to(torch.float32)
+    if x32.shape[-1] == 0:
+        amax = x32.new_zeros((x32.shape[0], 1))
+    else:
+        amax = x32.abs().amax(dim=-1, keepdim=True)
+    scale = torch.clamp_min(amax / qmax, QUANT_SCALE_FLOOR)  # NaN stays NaN
+    scaled = x32 / scale
+    if qdtype == "int8":
+        q = torch.clamp(torch.round(scaled), -qmax, qmax)
+    else:
+        q = torch.clamp(scaled, -qmax, qmax).to(torch.float8_e4m3fn).to(torch.float32)
+    return q, scale
+
+
+def quant_linear(x: Tensor, weight: Tensor, qdtype: str = "int8") -> Tensor:
+    """A W8A8 linear as engines compose it from torch ops: x (M, K) quantized per token
+    (``quantize_rows``: a dynamic scale per row), weight (N, K) per output channel the same way,
+    then the dequantized operands multiplied with ``torch.mm`` in float32,
+    ``(q_x s_x) @ (q_w s_w)^T``, rounded to x's dtype. The scales are per row, so the
+    quantization is batch-invariant; the float32 GEMM is not (its blocking depends on M, as stock
+    ``mm``'s). A per-tensor activation scale (amax over the whole batch) would make the
+    quantization itself batch-variant: that is the bug class, not this composite."""
+    check_quant_args(x, weight, qdtype)
+    qx, sx = quantize_rows(x, qdtype)
+    qw, sw = quantize_rows(weight, qdtype)
+    return torch.mm(qx * sx, (qw * sw).t()).to(x.dtype)
+
+
 # -- paged KV-cache decode attention ------------------------------------------------------------
 
 SPLIT_MIN_TOKENS = 16

@@ -56,6 +56,7 @@ from . import (
     normalisation,
     products,
     properties,
+    quantized,
     reductions,
 )
 from .attention import (
@@ -67,7 +68,9 @@ from .attention import (
 )
 from .models import ENGINE_MAX_COMPANIONS, ENGINE_MAX_TOKENS, ENGINE_SPECIAL_TOKENS, ENGINE_VOCAB
 
-FAMILIES = (products, reductions, normalisation, attention, activations, inference, models)
+FAMILIES = (
+    products, reductions, normalisation, attention, activations, inference, models, quantized,
+)  # fmt: skip
 
 _FIRST = (
     "mm", "matmul", "bmm", "addmm", "linear", "sum", "mean", "softmax", "log_softmax", "rms_norm",
