@@ -522,3 +522,53 @@ def paged_decode_attention(
     w = torch.where(torch.isfinite(m_split), torch.exp(m_split - m), 0.0)
     out = (w[..., None] * o_split).sum(2) / (w * l_split).sum(2)[..., None]
     return out.to(query.dtype)
+
+
+# -- sampling ------------------------------------------------------------------------------------
+
+
+def sample(
+    logits: Tensor,
+    temperature: Tensor,
+    top_k: Tensor,
+    top_p: Tensor,
+    min_p: Tensor,
+    greedy: Tensor,
+    noise: Tensor,
+) -> tuple[Tensor, Tensor]:
+    """A seeded sampler as engines compose it from batched torch ops, per-row parameters.
+
+    logits (R, V); temperature, top_p, min_p float32 (R,); top_k int64 (R,) (0 or >= V: off);
+    greedy bool (R,); noise float32 (R, V) uniforms in (0, 1). Greedy rows: the first index of
+    the largest logit, logprobs log_softmax(logits). Sampled rows: z = logits / T; top-k keeps
+    every logit >= the k-th largest (ties kept); top-p keeps a logit when the probability of the
+    logits strictly above it is < p (a sort and a cumsum over the whole batch); min-p keeps
+    probabilities >= min_p times the largest; logprobs the log_softmax over the kept set (-inf
+    elsewhere); the id the exponential race argmax(probs / -log(u)) over the kept set (vLLM's
+    random_sample). Returns (ids int64 (R,), logprobs float32 (R, V))."""
+    x = logits.float()
+    rows, vocab = x.shape
+    if rows == 0 or vocab == 0:
+        return torch.zeros(rows, dtype=torch.int64), torch.zeros((rows, vocab))
+    z = x / temperature.float()[:, None]
+    ranked, order = torch.sort(x, dim=-1, descending=True, stable=True)
+    k = top_k.clamp(min=1, max=vocab)
+    kth = ranked.gather(1, (k - 1)[:, None])
+    keep = (x >= kth) | ((top_k <= 0) | (top_k >= vocab))[:, None]
+    probs = torch.softmax(z.masked_fill(~keep, float("-inf")), dim=-1)
+    sorted_probs = probs.gather(1, order)
+    before = torch.cumsum(sorted_probs, dim=-1) - sorted_probs
+    starts = torch.ones_like(ranked, dtype=torch.bool)
+    starts[:, 1:] = ranked[:, 1:] != ranked[:, :-1]
+    index = torch.arange(vocab).expand(rows, vocab)
+    first = torch.cummax(torch.where(starts, index, torch.zeros_like(index)), dim=1).values
+    mass = torch.empty_like(before).scatter_(1, order, before.gather(1, first))
+    keep &= (mass < top_p[:, None]) | (top_p >= 1.0)[:, None]
+    top = probs.amax(dim=-1, keepdim=True)
+    keep &= (probs >= min_p[:, None] * top) | (min_p <= 0.0)[:, None]
+    kept = z.masked_fill(~keep, float("-inf"))
+    logprobs = torch.log_softmax(kept, dim=-1)
+    race = torch.softmax(kept, dim=-1) / -torch.log(noise)
+    ids = torch.where(greedy, x.argmax(dim=-1), race.argmax(dim=-1))
+    logprobs = torch.where(greedy[:, None], torch.log_softmax(x, dim=-1), logprobs)
+    return ids, logprobs

@@ -69,3 +69,33 @@ def mm_float32_reversed(a: Tensor, b: Tensor) -> Tensor:
     for i in reversed(range(k)):
         acc += a32[:, i : i + 1] * b32[i : i + 1, :]
     return acc
+
+
+SAMPLE_SCHEMA = (
+    "sample(Tensor logits, Tensor temperature, Tensor top_k, Tensor top_p, Tensor min_p,"
+    " Tensor greedy, Tensor noise) -> (Tensor, Tensor)"
+)
+
+
+def install_sample(namespace: str, kernel: Callable[..., tuple[Tensor, Tensor]]) -> None:
+    """Define ``namespace::sample`` (CPU kernel ``kernel``, the profiler's event) and swap
+    ``bi_props.ops.sample`` (the catalogue's entry point) for a call of it."""
+    import bi_props.ops as ops
+
+    defs = torch.library.Library(namespace, "DEF")
+    defs.define(SAMPLE_SCHEMA)
+    defs.impl("sample", kernel, "CPU")
+    op = getattr(torch.ops, namespace).sample
+
+    def sample(*args):
+        return tuple(op(*args))
+
+    ops.sample = sample
+    _LIBRARIES.append(defs)
+
+
+def sample_invariant(*args) -> tuple[Tensor, Tensor]:
+    """The cpu target's batch-invariant sampler (bi_props' own kernel: row by row)."""
+    from bi_props.targets.kernels.sampling import sample
+
+    return sample(*args)

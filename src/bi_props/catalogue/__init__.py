@@ -58,6 +58,7 @@ from . import (
     properties,
     quantized,
     reductions,
+    sampling,
 )
 from .attention import (
     PAGED_SPARE_BLOCKS,
@@ -69,7 +70,8 @@ from .attention import (
 from .models import ENGINE_MAX_COMPANIONS, ENGINE_MAX_TOKENS, ENGINE_SPECIAL_TOKENS, ENGINE_VOCAB
 
 FAMILIES = (
-    products, reductions, normalisation, attention, activations, inference, models, quantized,
+    products, reductions, normalisation, attention, activations, inference, sampling, models,
+    quantized,
 )  # fmt: skip
 
 _FIRST = (

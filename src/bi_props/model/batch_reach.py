@@ -11,6 +11,7 @@ nothing about a switch at 256, and the report must say so.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +22,13 @@ QUANTITIES = ("total_rows", "sequences", "longest", "padded")
 extent along the batch axis (``Case.shape[0]``: rows, tokens, a sequence's context);
 ``padded`` the length a padded case pads every sample to (the needle alone is laid out at its own
 length; 0 for a packed case)."""
+
+
+PARAMETER_MIXES: dict[str, Callable[[Case], frozenset[str]]] = {}
+"""Per op, the request parameters some companion holds and the needle does not (a companion with
+top-k beside a needle without, greedy beside sampled): the mixes that move a sampler's path.
+Filled by the op's family (``catalogue/sampling.py``: decoded from the materialised request
+codes); counted per cell as ``mixes``."""
 
 
 def batch_quantities(case: Case) -> tuple[dict[str, int], dict[str, int]] | None:
@@ -52,6 +60,8 @@ class BatchReach:
     crossed: dict[str, dict[int, int]] = field(default_factory=lambda: {q: {} for q in QUANTITIES})
     # examples whose batch held a companion of each content (``Companion.content``)
     contents: dict[str, int] = field(default_factory=dict)
+    # examples whose batch mixed in a request parameter the needle lacks (PARAMETER_MIXES)
+    mixes: dict[str, int] = field(default_factory=dict)
 
     def add(self, case: Case) -> None:
         quantities = batch_quantities(case)
@@ -62,6 +72,9 @@ class BatchReach:
         assert case.batch is not None
         for content in {c.content for c in case.batch.companions}:
             self.contents[content] = self.contents.get(content, 0) + 1
+        mix = PARAMETER_MIXES.get(case.op)
+        for feature in mix(case) if mix is not None else ():
+            self.mixes[feature] = self.mixes.get(feature, 0) + 1
         for q in QUANTITIES:
             self.largest[q] = max(self.largest[q], batch[q])
             for t in self.thresholds:
@@ -77,6 +90,7 @@ class BatchReach:
                 q: {str(t): self.crossed[q].get(t, 0) for t in self.thresholds} for q in QUANTITIES
             },
             "contents": {c: self.contents.get(c, 0) for c in COMPANION_CONTENTS},
+            **({"mixes": dict(sorted(self.mixes.items()))} if self.mixes else {}),
         }
 
 
@@ -98,6 +112,9 @@ def merge_reach(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
         into["examples"] += int(entry.get("examples", 0))
         for content, n in (entry.get("contents") or {}).items():
             into["contents"][content] = into["contents"].get(content, 0) + int(n)
+        for feature, n in (entry.get("mixes") or {}).items():
+            mixes = into.setdefault("mixes", {})
+            mixes[feature] = mixes.get(feature, 0) + int(n)
         for q in QUANTITIES:
             into["largest"][q] = max(
                 into["largest"][q], int((entry.get("largest") or {}).get(q, 0))

@@ -50,10 +50,11 @@ def _unknown_ops_hint(target: Any = None) -> str:
     return f" (EXTRA_OPS not read from target module {'; '.join(problems)})" if problems else ""
 
 
-THRESHOLDS = (1, 2, 10, 16, 17, 32, 33, 64, 65, 128, 129, 255, 256, 257, 1024, 2048)
+THRESHOLDS = (1, 2, 8, 10, 16, 17, 32, 33, 44, 45, 64, 65, 128, 129, 255, 256, 257, 1024, 2048)
 """Batch sizes where reported kernels switch (FlashAttention-3's 10 query tokens, vLLM's rms_norm
-test at 255 vs 300 rows, tile edges and their neighbours): the batch strategy aims the number of
-sequences at them, and the report counts how often each was crossed."""
+test at 255 vs 300 rows, samplers: a top-k path at 8 rows (vLLM #50979), FlashInfer's at 44-45
+co-resident sequences (vLLM #51187), tile edges and their neighbours): the batch strategy aims
+the number of sequences at them, and the report counts how often each was crossed."""
 
 
 class SpaceError(ValueError):

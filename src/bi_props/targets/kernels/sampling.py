@@ -12,7 +12,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .primitives import _tree, tree_max
+from .normalization import softmax_core
+from .primitives import _tree, exp, log, tree_max, tree_sum
 from .route import KernelRoute
 
 
@@ -105,6 +106,73 @@ def top_k(logits: Tensor, k: int) -> tuple[Tensor, Tensor]:
     return values.reshape(shape), indices.reshape(shape)
 
 
+def _scan(x: Tensor) -> Tensor:
+    """Inclusive prefix sums along the last dim by a fixed doubling scan (Hillis-Steele): step s
+    adds the element s places back, elementwise, so every sum's order depends on its position
+    alone, never on the rows around it."""
+    out = x.clone()
+    step = 1
+    while step < out.shape[-1]:
+        shifted = torch.zeros_like(out)
+        shifted[..., step:] = out[..., :-step]
+        out = out + shifted
+        step *= 2
+    return out
+
+
+@torch.no_grad()
+def sample(
+    logits: Tensor,
+    temperature: Tensor,
+    top_k: Tensor,
+    top_p: Tensor,
+    min_p: Tensor,
+    greedy: Tensor,
+    noise: Tensor,
+) -> tuple[Tensor, Tensor]:
+    """Batch-invariant ``bi_props.ops.sample`` (the catalogue's contract, SAMPLE_BOUND): every
+    step elementwise, a fixed tree (``tree_max``, ``tree_sum``), a doubling scan or an exact
+    selection (a stable sort, a running maximum of indices) along the row, in float32 with the
+    package's own ``exp`` and ``log``: a row's results are a function of the row and its own
+    parameters, whatever its batch-mates ask for. Ties go to the lowest index."""
+    x = logits.to(torch.float32)
+    rows, vocab = x.shape
+    if rows == 0 or vocab == 0:
+        return torch.zeros(rows, dtype=torch.int64), torch.zeros((rows, vocab))
+    inf = torch.tensor(float("-inf"))
+    t = temperature.to(torch.float32)[:, None]
+    ranked, order = torch.sort(x, dim=-1, descending=True, stable=True)
+    k = top_k.clamp(min=1, max=vocab)[:, None]
+    keep = (x >= ranked.gather(1, k - 1)) | ((top_k <= 0) | (top_k >= vocab))[:, None]
+    z = x / t
+    m = tree_max(torch.where(keep, z, inf), -1).unsqueeze(-1)
+    d = z - m
+    e = torch.where(keep, exp(d), torch.zeros_like(d))
+    s = tree_sum(e, -1).unsqueeze(-1)
+    p = e / s
+    ps = p.gather(1, order)
+    before = torch.zeros_like(ps)
+    before[:, 1:] = _scan(ps)[:, :-1]
+    starts = torch.ones_like(ranked, dtype=torch.bool)
+    starts[:, 1:] = ranked[:, 1:] != ranked[:, :-1]
+    index = torch.arange(vocab).expand(rows, vocab)
+    first = torch.cummax(torch.where(starts, index, torch.zeros_like(index)), dim=1).values
+    mass = torch.empty_like(before).scatter_(1, order, before.gather(1, first))
+    keep = keep & ((mass < top_p[:, None]) | (top_p >= 1.0)[:, None])
+    on = min_p > 0.0
+    floor = log(torch.where(on, min_p, torch.ones_like(min_p)).to(torch.float32))[:, None]
+    keep = keep & ((d >= floor) | ~on[:, None])
+    e = torch.where(keep, e, torch.zeros_like(e))
+    lp = torch.where(keep, d - log(tree_sum(e, -1)).unsqueeze(-1), inf)
+    g = -log(-log(noise.to(torch.float32)))
+    score = torch.where(keep, lp + g, inf)
+    top = tree_max(score, -1).unsqueeze(-1)
+    sampled = _first_index(keep & (score == top), -1)
+    greedy_lp = softmax_core(x, -1, log_output=True)
+    ids = torch.where(greedy, argmax(x, -1), sampled)
+    return ids, torch.where(greedy[:, None], greedy_lp, lp)
+
+
 ROUTES = (
     KernelRoute(
         "argmax(Tensor self, int? dim=None, bool keepdim=False) -> Tensor",
@@ -119,6 +187,13 @@ ROUTES = (
         top_k,
         ops=("top_k",),
         composite="top_k",
+    ),
+    KernelRoute(
+        "sample(Tensor logits, Tensor temperature, Tensor top_k, Tensor top_p, Tensor min_p,"
+        " Tensor greedy, Tensor noise) -> (Tensor, Tensor)",
+        sample,
+        ops=("sample",),
+        composite="sample",
     ),
 )
 """The kernels of this module and how the switch routes to them (route.py)."""
