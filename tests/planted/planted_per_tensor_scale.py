@@ -9,8 +9,10 @@ scale from the amax of the *whole call's input*, per-token scales stored against
 While every value of the batch stays below FLOOR, S is one constant and the kernel is
 batch-invariant (and within the reference bound: the ratio's one float32 rounding); one companion
 holding outliers (values 10^2 to 10^4 times the others) moves S, and with it the last bits of
-every other row. Expected finding: quant_linear batch_invariance [enabled], a companion with
-``content='outlier'`` (or 'huge'). Nothing else is claimed: every other op is stock.
+every other row. Needles and companions of general values never reach FLOOR; wide values may,
+in the needle itself beside any companion (another way in). Expected finding: quant_linear
+batch_invariance [enabled], a companion with ``content='outlier'`` (or 'huge'), or a wide needle.
+Nothing else is claimed: every other op is stock.
 """
 
 from __future__ import annotations
