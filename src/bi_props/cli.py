@@ -11,6 +11,7 @@ observed for a claimed op that the target does not declare unobservable.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -73,124 +74,8 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=_HelpFormatter,
         epilog=_FUZZ_EXAMPLES,
     )
-    fuzz.add_argument(
-        "--target",
-        action="append",
-        default=None,
-        help=f"{builtin_names()}, or some.module[:attr]; repeat for several (budget split "
-        "fairly) "
-        "(default: the profile's target, cpu for the cpu profile)",
-    )
-    fuzz.add_argument(
-        "--budget",
-        type=float,
-        default=60.0,
-        metavar="SECONDS",
-        help="wall-clock budget of the whole campaign",
-    )
-    fuzz.add_argument(
-        "--control-share",
-        type=float,
-        default=None,
-        metavar="FRACTION",
-        help="largest share of the budget the negative controls may use (default: the space's "
-        "[runner] control_share, 0.25)",
-    )
-    _switch_option(fuzz)
-    fuzz.add_argument(
-        "--out",
-        type=Path,
-        default=Path("bi_props-out"),
-        metavar="DIR",
-        help="output directory (report.json, report.md, report.html, repro/)",
-    )
-    fuzz.add_argument(
-        "--strict-controls",
-        action="store_true",
-        help="a negative control that saw no batch variance fails the run (exit 1)",
-    )
-    fuzz.add_argument(
-        "--strict-contract",
-        action="store_true",
-        help="a contract widening (parity: the switch-on kernel returns where stock raises, "
-        'reported as "accepts more than stock") fails the run (exit 1)',
-    )
-    fuzz.add_argument(
-        "--max-findings",
-        type=int,
-        default=None,
-        metavar="N",
-        help="stop once N new findings are recorded, each shrunk and confirmed (default: spend "
-        "the whole budget); the report says the run stopped early",
-    )
-    fuzz.add_argument(
-        "--examples-per-cell",
-        type=int,
-        default=None,
-        metavar="N",
-        help="stop once every cell has run N examples in this run (or retired) and every "
-        "negative control has settled, within --budget (default: spend the whole budget); "
-        "the report says the run stopped early",
-    )
-    fuzz.add_argument("--ops", default=None, help="comma-separated catalogue ops (default: all)")
-    fuzz.add_argument(
-        "--modes",
-        default=None,
-        help="comma-separated execution modes: eager, compiled (torch.compile, Inductor; "
-        "seconds of compile per new graph); default: the space's [modes] choices (eager); a "
-        "target narrows them (the inductor target compiles everything)",
-    )
-    fuzz.add_argument("--profile", default="cpu", help="bundled search space to use")
-    fuzz.add_argument(
-        "--strategies",
-        type=Path,
-        default=None,
-        help="a search-space TOML file (default: strategies/<profile>.toml)",
-    )
-    fuzz.add_argument(
-        "--known",
-        type=Path,
-        default=None,
-        metavar="TOML",
-        help="known failures: reported as known (not counted in the exit status); listed cases "
-        "are re-checked first (still failing, or fixed)",
-    )
-    fuzz.add_argument(
-        "--seed",
-        type=int,
-        default=None,
-        help="campaign seed: round r of target t uses a seed derived from (seed, t, r), so a "
-        "campaign is reproducible (default: random, recorded in the report)",
-    )
-    fuzz.add_argument(
-        "--resume",
-        action="store_true",
-        help="continue the campaign in DIR: keep its findings, rounds and example database "
-        "(automatic when DIR/findings.jsonl exists; also imports an older DIR/report.json)",
-    )
-    fuzz.add_argument(
-        "--ray",
-        nargs="?",
-        const="",
-        default=None,
-        metavar="ADDRESS",
-        help="spread cells over Ray actors (one accelerator each); ADDRESS of a running cluster "
-        "('auto', 'ray://host:10001'), or none to start a local instance",
-    )
-    fuzz.add_argument(
-        "--ray-actors",
-        type=int,
-        default=None,
-        metavar="N",
-        help="actors per target (default: the cluster's GPUs, NPUs or CPUs, as the target needs)",
-    )
-    fuzz.add_argument(
-        "--ray-device",
-        choices=("auto", "cpu", "cuda", "npu"),
-        default="auto",
-        help="what one actor reserves: a GPU (cuda), {'NPU': 1} (npu) or a CPU; auto: vllm -> "
-        "cuda, ascend -> npu, others -> cpu",
-    )
+    _campaign_options(fuzz)
+    _model_parser(sub)
     _scenarios_parser(sub)
     doctor = sub.add_parser(
         "doctor",
@@ -252,6 +137,164 @@ def _parser() -> argparse.ArgumentParser:
     certify.add_argument("dir", type=Path, metavar="DIR", help="the --out of a bi-props run")
     certify.add_argument("--json", action="store_true", help="print certificate.json instead")
     return parser
+
+
+def _campaign_options(parser: argparse.ArgumentParser) -> None:
+    """The options of a campaign (``fuzz`` and ``model``)."""
+    parser.add_argument(
+        "--target",
+        action="append",
+        default=None,
+        help=f"{builtin_names()}, or some.module[:attr]; repeat for several (budget split "
+        "fairly) "
+        "(default: the profile's target, cpu for the cpu profile)",
+    )
+    parser.add_argument(
+        "--budget",
+        type=float,
+        default=60.0,
+        metavar="SECONDS",
+        help="wall-clock budget of the whole campaign",
+    )
+    parser.add_argument(
+        "--control-share",
+        type=float,
+        default=None,
+        metavar="FRACTION",
+        help="largest share of the budget the negative controls may use (default: the space's "
+        "[runner] control_share, 0.25)",
+    )
+    _switch_option(parser)
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=Path("bi_props-out"),
+        metavar="DIR",
+        help="output directory (report.json, report.md, report.html, repro/)",
+    )
+    parser.add_argument(
+        "--strict-controls",
+        action="store_true",
+        help="a negative control that saw no batch variance fails the run (exit 1)",
+    )
+    parser.add_argument(
+        "--strict-contract",
+        action="store_true",
+        help="a contract widening (parity: the switch-on kernel returns where stock raises, "
+        'reported as "accepts more than stock") fails the run (exit 1)',
+    )
+    parser.add_argument(
+        "--max-findings",
+        type=int,
+        default=None,
+        metavar="N",
+        help="stop once N new findings are recorded, each shrunk and confirmed (default: spend "
+        "the whole budget); the report says the run stopped early",
+    )
+    parser.add_argument(
+        "--examples-per-cell",
+        type=int,
+        default=None,
+        metavar="N",
+        help="stop once every cell has run N examples in this run (or retired) and every "
+        "negative control has settled, within --budget (default: spend the whole budget); "
+        "the report says the run stopped early",
+    )
+    parser.add_argument("--ops", default=None, help="comma-separated catalogue ops (default: all)")
+    parser.add_argument(
+        "--modes",
+        default=None,
+        help="comma-separated execution modes: eager, compiled (torch.compile, Inductor; "
+        "seconds of compile per new graph); default: the space's [modes] choices (eager); a "
+        "target narrows them (the inductor target compiles everything)",
+    )
+    parser.add_argument("--profile", default="cpu", help="bundled search space to use")
+    parser.add_argument(
+        "--strategies",
+        type=Path,
+        default=None,
+        help="a search-space TOML file (default: strategies/<profile>.toml)",
+    )
+    parser.add_argument(
+        "--known",
+        type=Path,
+        default=None,
+        metavar="TOML",
+        help="known failures: reported as known (not counted in the exit status); listed cases "
+        "are re-checked first (still failing, or fixed)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="campaign seed: round r of target t uses a seed derived from (seed, t, r), so a "
+        "campaign is reproducible (default: random, recorded in the report)",
+    )
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue the campaign in DIR: keep its findings, rounds and example database "
+        "(automatic when DIR/findings.jsonl exists; also imports an older DIR/report.json)",
+    )
+    parser.add_argument(
+        "--ray",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="ADDRESS",
+        help="spread cells over Ray actors (one accelerator each); ADDRESS of a running cluster "
+        "('auto', 'ray://host:10001'), or none to start a local instance",
+    )
+    parser.add_argument(
+        "--ray-actors",
+        type=int,
+        default=None,
+        metavar="N",
+        help="actors per target (default: the cluster's GPUs, NPUs or CPUs, as the target needs)",
+    )
+    parser.add_argument(
+        "--ray-device",
+        choices=("auto", "cpu", "cuda", "npu"),
+        default="auto",
+        help="what one actor reserves: a GPU (cuda), {'NPU': 1} (npu) or a CPU; auto: vllm -> "
+        "cuda, ascend -> npu, others -> cpu",
+    )
+
+
+def _model_parser(sub: Any) -> None:
+    model = sub.add_parser(
+        "model",
+        help="ask the model-level question of a transformers model: does a sequence's logprob "
+        "vector depend on its batch?",
+        description="Run a transformers model (random weights unless SPEC is a directory with "
+        "weights) on batches Hypothesis draws: each sequence's logprob vectors alone vs inside "
+        "a right-padded batch, bitwise (logprobs), one decode step on the KV cache vs the "
+        "prefill (decode), and determinism, with the target's switch off and on; a failure is "
+        "shrunk to the smallest batch and names the ops the model used that the target does "
+        "not claim. Reports as bi-props fuzz writes them.",
+        formatter_class=_HelpFormatter,
+        epilog=_examples(
+            "bi-props model llama --target cpu --budget 120",
+            "bi-props model path/to/config.json --layers 2 --hidden 256",
+            "bi-props model qwen2_moe --attention eager --out moe-out",
+        ),
+    )
+    model.add_argument(
+        "spec",
+        metavar="SPEC",
+        help="a built-in configuration (llama, qwen2, mistral, qwen2_moe), a config.json, or a "
+        "local model directory",
+    )
+    model.add_argument("--layers", type=int, default=None, help="cut the model to N layers")
+    model.add_argument("--hidden", type=int, default=None, help="cut the hidden width to N")
+    model.add_argument(
+        "--attention",
+        choices=("eager", "sdpa"),
+        default=None,
+        help="transformers' attn_implementation (default: the configuration's, else "
+        "transformers' own: sdpa on CPU)",
+    )
+    _campaign_options(model)
 
 
 def _scenarios_parser(sub: Any) -> None:
@@ -476,6 +519,15 @@ def _space(args: argparse.Namespace):
                 )
             )
         space = replace(space, ops=ops)
+    if getattr(args, "spec", None):  # bi-props model SPEC: the space's [model], its one op
+        space = replace(
+            space,
+            ops=("hf_model",),
+            model_spec=args.spec,
+            model_layers=args.layers,
+            model_hidden=args.hidden,
+            model_attention=args.attention,
+        )
     if getattr(args, "modes", None):
         from .model.case import MODES
 
@@ -540,6 +592,27 @@ def _fuzz(args: argparse.Namespace) -> int:
             )
             return 1
     return code
+
+
+def _model(args: argparse.Namespace) -> int:
+    """``bi-props model SPEC``: a campaign of the hf_model op on SPEC's model (``_space``)."""
+    from .execution.hf_model import ModelSpecError, config_dict
+
+    for flag in ("layers", "hidden"):
+        value = getattr(args, flag)
+        if value is not None and value < 1:
+            return _usage(f"--{flag} {value}: must be at least 1")
+    if args.ops:
+        return _usage("--ops: bi-props model runs its model (op hf_model); use bi-props fuzz")
+    try:
+        config_dict(args.spec)
+    except ModelSpecError as exc:
+        return _usage(str(exc))
+    if importlib.util.find_spec("transformers") is None:
+        return _usage(
+            "bi-props model needs transformers in this interpreter: pip install 'bi_props[model]'"
+        )
+    return _fuzz(args)
 
 
 def _out_problem(out: Path) -> str | None:
@@ -773,6 +846,7 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     commands = {
         "fuzz": _fuzz,
+        "model": _model,
         "scenarios": _scenarios,
         "doctor": _doctor,
         "repro": _repro,

@@ -312,10 +312,9 @@ class Campaign:
         """Run turns until the budget is spent, in the scheduler's order (scheduler.py)."""
         schedule = Scheduler(self.budget_s, self.control_share, self.examples_per_cell)
         for target, state in states.items():
-            claimed = state.session.hello("enabled").covered
             for cell in state.cells:
                 item = Item((target, cell), "cell", cell.switch, done=cell.done, group=target)
-                item.claimed = cell.op in claimed
+                item.claimed = state.session.covered(cell.op)
                 item.batch_compared = cell.prop == "batch_invariance"
                 if item.claimed and cell.switch == "enabled" and cell.prop in FLOORED:
                     item.floor = self.space.min_judged

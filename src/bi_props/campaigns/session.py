@@ -241,7 +241,9 @@ class Session:
         return self._strategies[key]
 
     def covered(self, op: str) -> bool:
-        return op in self.hello("enabled").covered
+        """The target claims ``op``, or the space asks of it the model-level question
+        (``Space.asked_ops``: ``bi-props model``)."""
+        return op in self.hello("enabled").covered or op in self.space.asked_ops
 
     # -- one example ---------------------------------------------------------------------------
 

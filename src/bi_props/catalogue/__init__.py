@@ -51,6 +51,7 @@ from ..model.opspec import (
 from . import (
     activations,
     attention,
+    hf,
     inference,
     models,
     normalisation,
@@ -71,7 +72,7 @@ from .models import ENGINE_MAX_COMPANIONS, ENGINE_MAX_TOKENS, ENGINE_SPECIAL_TOK
 
 FAMILIES = (
     products, reductions, normalisation, attention, activations, inference, sampling, models,
-    quantized,
+    quantized, hf,
 )  # fmt: skip
 
 _FIRST = (

@@ -24,8 +24,13 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 PROFILES = ("cpu", "ci", "dev", "ascend", "cuda", "nightly")
-OPT_IN_OPS = ("engine",)
-"""Catalogue ops explored only where a space names them in ``[ops] include`` (a real engine)."""
+MODEL_OP = "hf_model"
+"""The op of a user's transformers model (catalogue/hf.py)."""
+MODEL_ATTENTION = ("eager", "sdpa")
+"""``[model] attention``: transformers' attn_implementation values a run may ask for."""
+OPT_IN_OPS = ("engine", MODEL_OP)
+"""Catalogue ops explored only where a space names them in ``[ops] include`` (a real engine, a
+user's transformers model: ``bi-props model``)."""
 DEFAULT_OPS = tuple(op for op in OPS if op not in OPT_IN_OPS)
 """The built-in ops a space explores by default; registered ops (a target's EXTRA_OPS) are
 added to a parsed space's default (``default_ops``)."""
@@ -156,8 +161,22 @@ class Space:
     max_tokens: int = 8192
     max_elements: int = 1 << 20
     op_dim: dict[str, Extent] = field(default_factory=dict)
+    # A user's transformers model ([model]; the hf_model op, ``bi-props model``): a built-in
+    # configuration's name, a config.json or a model directory; layers and hidden cut it down
+    # where set; attention: transformers' attn_implementation (default: the configuration's).
+    model_spec: str | None = None
+    model_layers: int | None = None
+    model_hidden: int | None = None
+    model_attention: str | None = None
     # Engine scenarios (bi_props.catalogue.scenarios): their own limits, [scenarios] table.
     scenarios: ScenarioSpace = field(default_factory=ScenarioSpace)
+
+    @property
+    def asked_ops(self) -> tuple[str, ...]:
+        """Ops whose model-level question the user asks of any target: a space naming a model
+        ([model], ``bi-props model``) asks it of that model, whatever ops the target claims, so a
+        batch-variant model with the switch on is a failure, not an unclaimed op's note."""
+        return (MODEL_OP,) if self.model_spec else ()
 
     def dim_for(self, op: str) -> Extent:
         return self.op_dim.get(op, self.dim)
@@ -214,6 +233,7 @@ _SECTIONS: dict[str, dict[str, str]] = {
         "max_tokens": "int",
         "max_elements": "int",
     },
+    "model": {"spec": "str", "layers": "int", "hidden": "int", "attention": "str"},
     "scenarios": {
         "max_requests": "int",
         "prompt_tokens": "extent",
@@ -250,6 +270,8 @@ RANGES: dict[str, tuple[float, float, bool, str]] = {
     "batch.max_sequences": (1, 10**6, True, "sequences in a batch of a sequence op"),
     "batch.max_batch_tokens": (1, 10**9, True, "companion tokens of a many-sequence batch"),
     "runner.cross_process_every": (0, 10**6, True, "determinism examples per cross-process one"),
+    "model.layers": (1, 10**4, True, "transformer layers"),
+    "model.hidden": (1, 10**6, True, "hidden width"),
     "attention.paged_context": (1, 10**7, True, "KV tokens of a paged decode sequence"),
     "scale.every": (0, 10**6, True, "examples per deployment-size one (0: never)"),
     "scale.max_context": (1, 10**7, True, "keys of a deployment-size sequence"),
@@ -387,6 +409,10 @@ def parse(data: dict[str, Any], source: str, profile: str) -> Space:
         ("scale", "max_position"): "max_position",
         ("scale", "max_tokens"): "max_tokens",
         ("scale", "max_elements"): "max_elements",
+        ("model", "spec"): "model_spec",
+        ("model", "layers"): "model_layers",
+        ("model", "hidden"): "model_hidden",
+        ("model", "attention"): "model_attention",
     }
     for key, name in simple.items():
         if key in fields:
@@ -455,6 +481,10 @@ def parse(data: dict[str, Any], source: str, profile: str) -> Space:
         if not dims or any(d < 1 for d in dims):
             raise _fail(source, "attention.head_dims", "need positive head sizes")
         space["head_dims"] = tuple(dims)
+    if ("model", "attention") in fields and fields["model", "attention"] not in MODEL_ATTENTION:
+        raise _fail(
+            source, "model.attention", f"choose from {list(MODEL_ATTENTION)} (transformers' names)"
+        )
     space["scenarios"] = _scenario_space(source, fields)
     return Space(**space)
 
