@@ -671,3 +671,8 @@ def test_model_level_logprobs_catch_a_planted_op_bug(pytester, planted_on_path, 
     assert "First mismatch at index" in finding["message"]
     assert "first diverging token: position" in finding["message"]
     assert "catalogue ops the model used" in finding["message"] and "silu" in finding["message"]
+    # localized: the first diverging op, and its op-level reproducer confirmed standalone
+    assert "first diverging op: aten::silu (layer " in finding["message"], finding["message"]
+    assert "op-level reproducer:" in finding["message"]
+    assert "fails standalone (exit 1" in finding["message"], finding["message"]
+    assert finding["reproducer"].endswith("localize-aten_silu_default.py"), finding

@@ -44,6 +44,8 @@ from .controls import (
     run_control,
 )
 from .deployment_example import DEPLOYMENT_NOTE
+from .localize import localize
+from .localize import wanted as localizing
 from .modes import fresh_compile_env, mode_space
 from .records import (
     INTERNAL,
@@ -757,6 +759,11 @@ class Session:
         _note(f"Fresh worker process: {confirmation}")
         if noted:  # not confirmed: a note in report.json's hang_suspicions, no finding
             return
+        message, op_reproducer = failure.message, None
+        if same is None and confirm and localizing(prop, switch, failure.kind, op):
+            lines, op_reproducer = localize(self, case, len(self.findings))
+            message = "\n".join([message, *lines])  # the first diverging op (localize.py)
+            _note("\n".join(lines))
         finding = Finding(
             self.target,
             op,
@@ -764,7 +771,7 @@ class Session:
             switch,
             failure.kind,
             repr(case),
-            failure.message,
+            message,
             reproduced,
             failure.error_type,
             shrink=shrink,
@@ -779,7 +786,7 @@ class Session:
             finding.status = "known"
             _note("This failure is listed as a known failure.")
         if confirm:
-            finding.reproducer = self.write_reproducer(finding, case)
+            finding.reproducer = self.write_reproducer(finding, case) or op_reproducer
         elif same is not None:
             finding.reproducer = same.reproducer
         if finding.reproducer:

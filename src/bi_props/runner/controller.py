@@ -755,6 +755,18 @@ class Runner:
         timeout_s, _ = self.timeout(CONFIRM_GRACE_S, patience)
         return worker.request(("export", prop, case), timeout_s, f"exporting {case!r}")
 
+    def localize(self, case: Case, switch: str, out_dir: str | None) -> dict:
+        """A model-level case replayed alone and in its batch under a per-op tape
+        (execution/tape.py): the first diverging op, its inputs saved under ``out_dir``."""
+        worker = self.worker(switch)
+        timeout_s, _ = self.timeout(CONFIRM_GRACE_S, CONFIRM_PATIENCE)
+        try:
+            return worker.request(("localize", case, out_dir), timeout_s, f"localizing {case!r}")
+        except WorkerFailure:
+            self._workers.pop(switch, None)
+            worker.kill()
+            raise
+
     def fresh(self, prop: str, case: Case, switch: str, *, patience: float = 1.0) -> Observation:
         """Run one case in a brand-new interpreter (then close it): does it reproduce in
         isolation? Always spawned, never forked: nothing is shared with the long-lived ones. The

@@ -77,6 +77,11 @@ def _requests(inbox, outbox, target, switch: str, first=None) -> None:
             elif kind == "export":  # the exact tensors of a case, for a standalone reproducer
                 _, prop, case = message
                 send(outbox, ("ok", export(prop, case, target)))
+            elif kind == "localize":  # a model-level finding's first diverging op (tape.py)
+                from bi_props.execution.tape import localize
+
+                _, case, out_dir = message
+                send(outbox, ("ok", localize(case, target, out_dir)))
             else:
                 send(outbox, ("internal", f"unknown message {kind!r}"))
         except Exception:
