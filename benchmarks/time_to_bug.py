@@ -58,6 +58,10 @@ EXPECTED = {
     "planted_long_split_attention": ("attention", "batch_invariance", "enabled"),
     "planted_paged_v1_v2": ("paged_decode_attention", "batch_invariance", "enabled"),
     "planted_rope_rescaled": ("rotary_embedding", "batch_invariance", "enabled"),
+    # what the batch-mates hold and ask for
+    "planted_per_tensor_scale": ("quant_linear", "batch_invariance", "enabled"),
+    "planted_any_top_k": ("sample", "*", "enabled"),
+    "planted_top_k_ties_at_8": ("sample", "*", "enabled"),
 }
 CORRECT = "planted_correct"
 KERNEL = {
@@ -70,6 +74,9 @@ KERNEL = {
     "planted_long_split_attention": "varlen_attention",
     "planted_paged_v1_v2": "paged_decode_attention",
     "planted_rope_rescaled": "rotary_embedding",
+    "planted_per_tensor_scale": "quant_linear",
+    "planted_any_top_k": "sample",
+    "planted_top_k_ties_at_8": "sample",
 }
 """The library's kernel the wrapper slows down, where it is not ``mm`` (the library's own
 ``enable`` installs it, looked up when it runs); such a library's campaign runs on its op alone
