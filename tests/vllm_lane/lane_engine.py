@@ -5,13 +5,14 @@ lane_vllm_on_cpu.py, the file name keeps it out of the main run; it needs vLLM a
 skips) without it.
 
 The property suite runs against ``--bi-target vllm-engine`` with tests/vllm_lane/engine.toml: the
-needle prompt alone and inside batches of random prompts, per-token prompt logprobs compared
-bitwise, one engine per switch state (a tiny random Llama written to a local folder by
-``bi_props.targets.engine.write_tiny_model``, nothing downloaded). What this lane asserts is
-what happens, honestly:
+needle prompt alone and inside batches of up to 31 random prompts, its full logprob vectors (one
+per prompt position, one per generated token) compared bitwise, one engine per switch state (a
+tiny random Llama written to a local folder by ``bi_props.targets.engine.write_tiny_model``,
+nothing downloaded). What this lane asserts is what happens, honestly:
 
 - switch off: the engine builds and serves; determinism passes; the negative control (logprobs
-  with the switch off) is recorded, whether or not it saw batch variance;
+  with the switch off) is recorded, whether or not it saw batch variance; no example compared
+  only zeros (each prompt's generated rows are full vectors);
 - switch on: on vLLM 0.32 on CPU the first forward fails (vLLM's batch-invariant ``mean`` is a
   Triton kernel with no CPU backend: ``TypeError: 'function' object is not subscriptable``), so the
   target is broken in that state. That must come out as well-formed findings that reproduce in a
@@ -268,6 +269,7 @@ def test_switched_off_engine_served(engine_run):
     assert env["vllm_registered"] == "(none)"
     assert float(env["engine_start_s"]) > 0 and float(env["engine_first_request_s"]) > 0
     assert json.loads(env["engine_model"])["vocab"] == 512
+    assert json.loads(env["engine_kwargs"])["max_logprobs"] == -1  # full vectors
     assert run.outcomes["test_property[engine-determinism-disabled]"][0] == "passed"
     assert finding_of(run, "engine", "determinism", "disabled") is None
     assert run.outcomes["test_batch_variance_control[engine-logprobs-disabled]"][0] == "passed"
@@ -285,6 +287,15 @@ def test_switched_off_engine_served(engine_run):
         assert control["applicable"] is False, control  # its whole quota: not applicable
         assert "no logprobs violation in " in control["message"], control
         assert f" judged of {budget} examples" in control["message"], control
+
+
+def test_generated_rows_were_compared(engine_run):
+    """Every prompt's output ends with its generated tokens' full vectors, never all +0.0, so
+    no engine example is degenerate. When the op compared only the prompt's own tokens, a batch
+    of 1-token prompts compared nothing but 0.0: this derandomized run's simplest determinism
+    example was degenerate (the report said so)."""
+    degenerate = engine_run.report["degenerate"]
+    assert [c for c in degenerate["cells"] if c["op"] == "engine"] == [], degenerate
 
 
 def test_every_failure_is_one_recordedfinding(engine_run):

@@ -91,9 +91,15 @@ ENGINE_SPECIAL_TOKENS = 4
 ENGINE_MAX_TOKENS = 24
 
 
-ENGINE_MAX_COMPANIONS = 7
-"""Prompts of 1..24 tokens, a needle and at most 7 companion prompts (the engine is built with
-max_num_seqs=16 and max_model_len=128)."""
+ENGINE_GENERATED = 4
+"""Tokens each prompt generates (greedy, EOS ignored): each adds an output row, the full logprob
+vector it was chosen from, so that decode steps over the batch's KV cache are compared as well
+as the prefill."""
+
+
+ENGINE_MAX_COMPANIONS = 31
+"""Prompts of 1..24 tokens, a needle and at most 31 companion prompts: batches of tens of
+sequences (the engine is built with max_num_seqs=32 and max_model_len=128, room for 24 + 4)."""
 
 
 def _engine_operands(case: Case) -> tuple[Operand, ...]:
@@ -178,8 +184,11 @@ OPS: tuple[OpSpec, ...] = (
         name="engine",
         entries=("bi_props.targets.vllm_engine.prompt_logprobs",),
         shape_doc="(length, vocab): the needle prompt's token ids (length,) per sample, in"
-        " [4, vocab); each sample is one prompt; output: the logprob of each prompt token"
-        " given its prefix (0.0 for the first), packed",
+        f" [4, vocab); each sample is one prompt, which then generates {ENGINE_GENERATED} tokens"
+        f" greedily; output: per prompt, length + {ENGINE_GENERATED} rows of full logprob"
+        " vectors (vocab,): one per prompt"
+        " position (the vector that scored its token given its prefix; row 0, the first token,"
+        " all 0.0) and one per generated token (the vector it was chosen from), packed",
         operands=_engine_operands,
         operand_shapes=_engine_shapes,
         call=_engine_call,
@@ -187,9 +196,13 @@ OPS: tuple[OpSpec, ...] = (
         exact_amplitude=_never_exact,
         properties=("logprobs", "determinism"),
         notes="a real engine (the vllm-engine target); explored only where a space lists it"
-        " in [ops] include",
+        f" in [ops] include; logprobs (length + {ENGINE_GENERATED}, vocab) float32: the"
+        " mismatch's first index"
+        " is (row, vocabulary id), rows past the prompt's length its generated tokens",
         draw_shape=draw_engine,
         companion_rows=engine_companions,
         max_companions=ENGINE_MAX_COMPANIONS,
+        output_rows=lambda case, rows: rows + ENGINE_GENERATED,
+        companion_output_rows=lambda case, companion: companion.rows + ENGINE_GENERATED,
     ),
 )

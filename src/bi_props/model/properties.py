@@ -121,12 +121,13 @@ def row_permutation(obs: Observation) -> Verdict:
 
 
 def logprobs(obs: Observation) -> Verdict:
-    """The needle's per-token logprobs alone == inside the batch, bitwise; the first mismatching
-    index is (token, vocabulary entry): the first diverging token."""
+    """The needle's logprob vectors alone == inside the batch, bitwise; the first mismatching
+    index is (row, vocabulary id), a row one token's vector: the probe model's positions (or the
+    token it decodes), the engine's prompt positions then its generated tokens (the op's notes)."""
     return same_outputs(
         obs.calls["in_batch"],
         obs.calls["alone"],
-        "needle logprobs (token, vocab) inside the batch (actual) vs alone (desired)",
+        "needle logprobs (row, vocab id) inside the batch (actual) vs alone (desired)",
     )
 
 

@@ -1,11 +1,14 @@
 """The built-in ``vllm-engine`` target: vLLM's real engine (``vllm.LLM``) with a tiny random model.
 
-The catalogue op ``engine`` sends the needle prompt alone, then inside a batch of random prompts,
-through ``prompt_logprobs`` (below) and compares the per-token logprobs bitwise (the ``logprobs``
-property; ``determinism`` sends the same batch twice). The model is a random-weight Llama written
-to a local folder by ``bi_props.targets.engine.write_tiny_model`` (``$BI_PROPS_ENGINE_DIR``,
-default a folder under the temporary directory, reused while its spec matches): nothing is
-downloaded.
+The catalogue op ``engine`` sends the needle prompt alone, then inside a batch of up to
+``ENGINE_MAX_COMPANIONS`` (31) random prompts, through ``prompt_logprobs`` (below): each prompt
+is scored and then generates ``ENGINE_GENERATED`` tokens greedily, and its output is a block of
+full-vocabulary logprob vectors, one row per prompt position (the vector that scored that token)
+and one per generated token (the vector it was chosen from). The ``logprobs`` property compares
+the needle's block alone and in the batch bitwise; ``determinism`` sends the same batch twice.
+The model is a random-weight Llama written to a local folder by
+``bi_props.targets.engine.write_tiny_model`` (``$BI_PROPS_ENGINE_DIR``, default a folder under
+the temporary directory, reused while its spec matches): nothing is downloaded.
 
 One engine per worker, i.e. per switch state, built in ``activate()`` with the switch already in
 the environment and kept for every example. It runs in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``
@@ -37,8 +40,9 @@ DIR_ENV = "BI_PROPS_ENGINE_DIR"
 ENGINE_KWARGS: dict[str, Any] = {
     "dtype": "float32",
     "enforce_eager": True,
-    "max_model_len": 128,
-    "max_num_seqs": 16,
+    "max_model_len": 128,  # a 24-token prompt and its ENGINE_GENERATED tokens, with room
+    "max_num_seqs": 32,  # room for the needle and ENGINE_MAX_COMPANIONS (31) at once
+    "max_logprobs": -1,  # full vectors (logprobs=-1): the default caps a request at 20
     "seed": 0,
     "distributed_executor_backend": "uni",
 }
@@ -63,7 +67,7 @@ def model_dir() -> Path:
 
 
 # ---------------------------------------------------------------------------------------------
-# Prompts in, logprobs out (pure helpers, tested with a fake LLM).
+# Prompts in, logprob vectors out (pure helpers, tested with a fake LLM).
 
 
 def split_prompts(token_ids: Any, lengths: Sequence[int]) -> list[list[int]]:
@@ -84,10 +88,9 @@ def split_prompts(token_ids: Any, lengths: Sequence[int]) -> list[list[int]]:
 def token_logprobs(prompt: Sequence[int], logprobs: Any) -> list[float]:
     """One prompt's logprob of each token given its prefix, from ``RequestOutput.prompt_logprobs``
     (vLLM 0.32: one entry per prompt position, None or empty for the first, else a dict
-    ``{token_id: Logprob}`` that holds the prompt's own token). The first token gets 0.0."""
-    if logprobs is None or len(logprobs) != len(prompt):
-        got = "None" if logprobs is None else f"{len(logprobs)} positions"
-        raise RuntimeError(f"prompt_logprobs: expected {len(prompt)} positions, got {got}")
+    ``{token_id: Logprob}`` that holds the prompt's own token). The first token gets 0.0.
+    (The engine op reads whole vectors, ``prompt_vectors``; the scenarios read this.)"""
+    _check_positions("prompt_logprobs", len(prompt), logprobs)
     values = [0.0]
     for position in range(1, len(prompt)):
         entry = logprobs[position] or {}
@@ -101,21 +104,117 @@ def token_logprobs(prompt: Sequence[int], logprobs: Any) -> list[float]:
     return values
 
 
-def pack_logprobs(outputs: Sequence[Any], prompts: Sequence[Sequence[int]]) -> Any:
-    """The per-token logprobs of all prompts, packed in prompt order: float32, (sum(lengths),)."""
+def _check_positions(what: str, expected: int, logprobs: Any) -> None:
+    """A logprobs container must hold one entry per position: a shorter one means vLLM returned
+    less than was asked, and reading on would misalign every row after it."""
+    if logprobs is None or len(logprobs) != expected:
+        got = "None" if logprobs is None else f"{len(logprobs)} positions"
+        raise RuntimeError(f"{what}: expected {expected} positions, got {got}")
+
+
+def _position(logprobs: Any, index: int) -> tuple[Sequence[int], Sequence[float]]:
+    """Token ids and logprobs at one position of a vLLM logprobs container. A ``FlatLogprobs``
+    (``flat_logprobs=True``) is read in place: indexing it builds a dict with a ``Logprob`` per
+    vocabulary entry, the cost the flat form avoids. A list holds a dict ``{token_id: Logprob}``
+    per position (None or empty where there is none)."""
+    starts = getattr(logprobs, "start_indices", None)
+    if starts is not None:
+        start, end = starts[index], logprobs.end_indices[index]
+        return logprobs.token_ids[start:end], logprobs.logprobs[start:end]
+    entry = logprobs[index] or {}
+    return list(entry), [float(v.logprob) for v in entry.values()]
+
+
+def full_vector(ids: Sequence[int], values: Sequence[float], vocab: int, where: str) -> Any:
+    """One position's logprobs as a dense float32 vector over the vocabulary (numpy). Every id
+    must be there (what ``logprobs=-1`` asks for): a vector with holes would be compared on
+    fewer entries than it claims. An id listed twice (vLLM puts the chosen token first, then
+    again among the top-k) must carry the same value both times."""
+    import numpy as np
+
+    index = np.asarray(ids, dtype=np.int64)
+    given = np.asarray(values, dtype=np.float64)
+    if index.size and (int(index.min()) < 0 or int(index.max()) >= vocab):
+        outside = index[(index < 0) | (index >= vocab)]
+        raise RuntimeError(f"{where}: token ids {outside[:8].tolist()} outside [0, {vocab})")
+    seen = np.zeros(vocab, dtype=bool)
+    seen[index] = True
+    if not seen.all():
+        missing = np.flatnonzero(~seen)
+        raise RuntimeError(
+            f"{where}: no logprob for {missing.size} of the {vocab} vocabulary ids (first "
+            f"{missing[:8].tolist()}): not the full vector that logprobs=-1 asks for"
+        )
+    vector = np.empty(vocab, dtype=np.float64)
+    vector[index] = given
+    if vector[index].view(np.uint64).tolist() != given.view(np.uint64).tolist():
+        raise RuntimeError(f"{where}: a token id is listed twice with different logprobs")
+    # vLLM hands float32 logprobs over as Python floats: converting back is exact.
+    return vector.astype(np.float32)
+
+
+def prompt_vectors(prompt: Sequence[int], logprobs: Any, vocab: int) -> Any:
+    """A prompt's rows, (len(prompt), vocab) float32, from ``RequestOutput.prompt_logprobs``
+    with ``prompt_logprobs=-1``: row p is the full vector that scored token p given tokens
+    0..p-1; row 0 is all 0.0 (the first token has no prefix, vLLM returns None there)."""
+    import numpy as np
+
+    _check_positions("prompt_logprobs", len(prompt), logprobs)
+    rows = np.zeros((len(prompt), vocab), dtype=np.float32)
+    for position in range(1, len(prompt)):
+        ids, values = _position(logprobs, position)
+        where = f"prompt_logprobs: position {position} of a {len(prompt)}-token prompt"
+        rows[position] = full_vector(ids, values, vocab, where)
+    return rows
+
+
+def generated_vectors(output: Any, generated: int, vocab: int) -> Any:
+    """A prompt's generated rows, (generated, vocab) float32, from its one ``CompletionOutput``
+    with ``logprobs=-1``: row i is the full vector from which generated token i was chosen.
+    A generation that stopped early (an EOS despite ``ignore_eos``, a stop) would give the
+    needle fewer rows alone than in the batch, or none to compare: it raises."""
+    import numpy as np
+
+    completions = list(getattr(output, "outputs", None) or [])
+    if len(completions) != 1:
+        raise RuntimeError(f"expected one completion per prompt, got {len(completions)}")
+    (completion,) = completions
+    tokens = list(completion.token_ids)
+    if len(tokens) != generated:
+        raise RuntimeError(
+            f"generation stopped after {len(tokens)} of {generated} tokens (finish_reason "
+            f"{getattr(completion, 'finish_reason', None)!r}, tokens {tokens}): every prompt "
+            f"must generate exactly {generated} (max_tokens={generated}, ignore_eos=True)"
+        )
+    _check_positions("logprobs of the generated tokens", generated, completion.logprobs)
+    rows = np.empty((generated, vocab), dtype=np.float32)
+    for i in range(generated):
+        ids, values = _position(completion.logprobs, i)
+        where = f"logprobs: generated token {i} (id {tokens[i]})"
+        rows[i] = full_vector(ids, values, vocab, where)
+    return rows
+
+
+def pack_logprobs(
+    outputs: Sequence[Any], prompts: Sequence[Sequence[int]], vocab: int, generated: int
+) -> Any:
+    """All prompts' rows packed in prompt order, each prompt's positions then its generated
+    tokens: float32, (sum(lengths) + generated * len(prompts), vocab)."""
     import numpy as np
     import torch
 
     if len(outputs) != len(prompts):
         raise RuntimeError(f"{len(prompts)} prompts sent, {len(outputs)} outputs returned")
-    values: list[float] = []
+    blocks = []
     for output, prompt in zip(outputs, prompts, strict=True):
         returned = getattr(output, "prompt_token_ids", None)
         if returned is not None and list(returned) != list(prompt):
             raise RuntimeError(f"output for prompt {list(prompt)} carries {list(returned)}")
-        values.extend(token_logprobs(prompt, output.prompt_logprobs))
-    # vLLM hands the float32 logprobs over as Python floats: converting back is exact.
-    return torch.from_numpy(np.asarray(values, dtype=np.float32))
+        blocks.append(prompt_vectors(prompt, output.prompt_logprobs, vocab))
+        blocks.append(generated_vectors(output, generated, vocab))
+    if not blocks:
+        return torch.zeros((0, vocab), dtype=torch.float32)
+    return torch.from_numpy(np.concatenate(blocks))
 
 
 def _abort_unfinished(llm: Any) -> None:
@@ -130,33 +229,59 @@ def _abort_unfinished(llm: Any) -> None:
         print(f"bi_props: could not abort unfinished requests: {exc!r}", file=sys.stderr)
 
 
+def sampling_params() -> dict[str, Any]:
+    """The engine op's ``SamplingParams``: greedy, exactly ``ENGINE_GENERATED`` new tokens
+    (``ignore_eos``: an EOS would cut a row block short), the full vector at every prompt
+    position and every generated token (-1: the whole vocabulary; ENGINE_KWARGS' max_logprobs
+    allows it). ``flat_logprobs`` and no detokenizing change no number, only the cost: a
+    batch of 32 prompts took ~0.4 s rather than ~1.7 s on CPU (vLLM 0.32)."""
+    from ..catalogue.models import ENGINE_GENERATED
+
+    return {
+        "temperature": 0.0,
+        "max_tokens": ENGINE_GENERATED,
+        "ignore_eos": True,
+        "prompt_logprobs": -1,
+        "logprobs": -1,
+        "flat_logprobs": True,
+        "detokenize": False,
+    }
+
+
 def run_prompts(llm: Any, prompts: Sequence[Sequence[int]]) -> Any:
-    """``llm.generate`` on token-id prompts, greedy, one new token, prompt logprobs on."""
+    """``llm.generate`` on token-id prompts as one batch (``sampling_params``); the packed rows
+    (``pack_logprobs``)."""
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    params = SamplingParams(temperature=0.0, max_tokens=1, prompt_logprobs=0)
+    from ..catalogue.models import ENGINE_GENERATED, ENGINE_VOCAB
+
+    params = SamplingParams(**sampling_params())
     requests = [TokensPrompt(prompt_token_ids=list(p)) for p in prompts]
     try:
         outputs = llm.generate(requests, params, use_tqdm=False)
     except Exception:
         _abort_unfinished(llm)
         raise
-    return pack_logprobs(outputs, prompts)
+    return pack_logprobs(outputs, prompts, ENGINE_VOCAB, ENGINE_GENERATED)
 
 
 def prompt_logprobs(token_ids: Any, lengths: list[int]) -> Any:
-    """The entry point of the ``engine`` op: split the packed ``token_ids`` into prompts of
-    ``lengths``, run them as one batch through the worker's engine, and return the float32
-    logprob of every prompt token given its prefix, packed in the same order (0.0 for each
-    prompt's first token, which has none), shape (sum(lengths),)."""
+    """The entry point of the ``engine`` op (named for its first form, which compared only the
+    prompt's tokens): split the packed ``token_ids`` into prompts of ``lengths``, run them as
+    one batch through the worker's engine, and return each prompt's full logprob vectors,
+    packed in the same order: its positions (row 0 all 0.0: the first token has none), then
+    its ``ENGINE_GENERATED`` generated tokens. float32, (sum(lengths) + ENGINE_GENERATED *
+    len(lengths), ENGINE_VOCAB)."""
     if _ENGINE is None:
         raise RuntimeError("no engine in this process: VllmEngineTarget.activate() builds it")
     prompts = split_prompts(token_ids, lengths)
     if not prompts:
         import torch
 
-        return torch.zeros(0, dtype=torch.float32)
+        from ..catalogue.models import ENGINE_VOCAB
+
+        return torch.zeros((0, ENGINE_VOCAB), dtype=torch.float32)
     return run_prompts(_ENGINE, prompts)
 
 
@@ -233,7 +358,7 @@ class VllmEngineTarget(Target):
         except Exception as exc:
             raise TargetBroken(
                 f"target 'vllm-engine': the engine started, but its first request (one prompt of "
-                f"{len(WARMUP_TOKENS)} tokens, prompt logprobs) failed with {state}: "
+                f"{len(WARMUP_TOKENS)} tokens, full logprob vectors) failed with {state}: "
                 f"{type(exc).__name__}: {exc}"
             ) from None
         self._timings["engine_first_request_s"] = time.perf_counter() - start
