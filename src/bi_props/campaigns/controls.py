@@ -160,12 +160,25 @@ def _try_explicit(session: ControlSession, control: Control, prop: str, judge) -
                     f"INTERNAL ERROR after {control.examples} example(s): {text.splitlines()[0]}"
                 )
                 return errors
-            if not verdict.ok:
+            if _varies(verdict):
                 how = "not needed: an explicit control example of the op (its data)"
                 _saw_variance(session, control, case, verdict.message, how)
-            else:
+            elif not _refused(verdict):
                 control.judged += not verdict.degenerate
     return errors
+
+
+def _varies(verdict) -> bool:
+    """A stock kernel's batch variance: the needle's values differ alone and in the batch (a
+    mismatch). A call that raised on one side only (vLLM refusing a batch longer than its model)
+    is a refusal, not a differing result: no evidence that the control can see variance."""
+    return not verdict.ok and verdict.kind == "mismatch"
+
+
+def _refused(verdict) -> bool:
+    """A failure that is no comparison (one side raised): neither variance nor a judged
+    example."""
+    return not verdict.ok and not _varies(verdict)
 
 
 def _order_blind(case: Case) -> bool:
@@ -224,10 +237,10 @@ def _probe(
             return
         ran += 1
         control.power_draws += 1
-        if (verdict.ok and verdict.degenerate) or _order_blind(case):
+        if (verdict.ok and verdict.degenerate) or _order_blind(case) or _refused(verdict):
             return
         control.power_judged += 1
-        if not verdict.ok:
+        if _varies(verdict):
             control.power_hits += 1
             how = "not needed: a hit of the power probe (the enabled cell's own strategy)"
             _saw_variance(session, control, case, verdict.message, how)
@@ -361,14 +374,14 @@ def run_control(
         except Exception as exc:  # InternalError from a worker, or a judge's bug: ours
             internal.append(internal_message(exc))
             raise _Stop() from None
-        if not verdict.ok:
+        if _varies(verdict):
             if not variants:
                 searched.append(count)  # examples until the first variance
                 if not shrink:  # no shrink in this turn: it ends at the next example
                     stop_at = time.monotonic()
             variants.append((case, verdict.message))
             raise _Variant()
-        control.judged += not verdict.degenerate
+        control.judged += not verdict.degenerate and not _refused(verdict)
 
     key = f"bi_props:control:{session.target}:{op}:{prop}".encode()
     search.hypothesis.inner_test._hypothesis_internal_add_digest = key
@@ -480,10 +493,10 @@ def _try_targeted(session: ControlSession, control: Control, prop: str, judge) -
             continue
         except Exception:  # a probe the op cannot take (a width it refuses): not evidence
             continue
-        if not verdict.ok:
+        if _varies(verdict):
             how = "not needed: a targeted probe (1-row needle, vector-tail width)"
             _saw_variance(session, control, case, verdict.message, how)
-        elif not verdict.degenerate:
+        elif not verdict.degenerate and not _refused(verdict):
             control.targeted_judged += 1
     return errors
 
