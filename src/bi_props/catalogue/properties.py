@@ -71,8 +71,8 @@ PROPERTIES: tuple[PropertySpec, ...] = (
         "logprobs",
         execute.observe_logprobs,
         properties.logprobs,
-        "model level: the probe model's per-token logprobs of a needle alone == inside a batch, "
-        "bitwise",
+        "model level: a model's per-token logprob vectors of a needle alone == inside a batch, "
+        "bitwise (the probe model, vLLM's engine, a transformers model)",
         control=True,
         batched=True,
         explain=properties.explain_model,
