@@ -82,7 +82,8 @@ def install_sample(namespace: str, kernel: Callable[..., tuple[Tensor, Tensor]])
     ``bi_props.ops.sample`` (the catalogue's entry point) for a call of it."""
     import bi_props.ops as ops
 
-    defs = torch.library.Library(namespace, "DEF")
+    # a fragment: the library may have defined its namespace already (install: its mm)
+    defs = torch.library.Library(namespace, "FRAGMENT")
     defs.define(SAMPLE_SCHEMA)
     defs.impl("sample", kernel, "CPU")
     op = getattr(torch.ops, namespace).sample
