@@ -139,6 +139,10 @@ def test_the_report_shows_how_far_each_cell_reached() -> None:
     assert "## Batches reached" in text
     assert "| 1 | 303 / 3 / 300 / 0 | 10: 1, 256: 1 | none | 10: 1, 256: 1 | none |" in text, text
     assert _batch_reach({"batch_reach": []}) == []
+    assert "parameter mixes" not in text  # rms_norm has no request parameters
+    mixed = {**entry, **reach.to_json(), "mixes": {"greedy": 2, "top_k": 3}}
+    text = "\n".join(_batch_reach({"target": "cpu", "batch_reach": [mixed]}))
+    assert "; parameter mixes: greedy 2, top_k 3 |" in text, text
 
 
 def test_report_json_carries_each_cells_reach() -> None:

@@ -357,7 +357,9 @@ def _batch_reach(r: dict) -> list[str]:
         "## Batches reached (this run)\n",
         "Largest batch-wide quantities per batched cell, and per named threshold how many "
         "examples crossed it (the needle alone below it, its batch at or above it); then how "
-        "many examples held a companion of each content other than plain.\n",
+        "many examples held a companion of each content other than plain, and for ops with "
+        "per-request parameters the mixes reached (a batch-mate asking for what the needle "
+        "does not).\n",
         "| target | cell | examples | largest total rows / sequences / longest / padded "
         "| total rows crossed | sequences crossed | longest crossed | padded crossed "
         "| companion contents |",
@@ -371,7 +373,7 @@ def _batch_reach(r: dict) -> list[str]:
             f"{largest['longest']} / {largest['padded']} | "
             f"{_crossed(e['crossed']['total_rows'])} | {_crossed(e['crossed']['sequences'])} | "
             f"{_crossed(e['crossed']['longest'])} | {_crossed(e['crossed']['padded'])} | "
-            f"{_contents(e.get('contents') or {})} |"
+            f"{_contents(e.get('contents') or {})}{_mixes(e.get('mixes') or {})} |"
         )
     out.append("")
     return out
@@ -411,6 +413,12 @@ def _contents(contents: dict) -> str:
     """ "outlier 12, ties 0, ...": a content never reached is listed with 0."""
     shown = [f"{c} {n}" for c, n in contents.items() if c != "plain"]
     return ", ".join(shown) or "-"
+
+
+def _mixes(mixes: dict) -> str:
+    """ "; parameter mixes: top_k 3, greedy 2": empty where the op has no request parameters."""
+    shown = [f"{m} {n}" for m, n in mixes.items()]
+    return f"; parameter mixes: {', '.join(shown)}" if shown else ""
 
 
 def _sweeps(r: dict) -> list[str]:
