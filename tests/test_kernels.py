@@ -605,6 +605,15 @@ pq, pk, pv = r(2, 4, 8), r(4, 3, 2, 8), r(4, 3, 2, 8)
 ptable, plens = torch.tensor([[2, 0], [3, 0]], dtype=torch.int32), torch.tensor([5, 2])
 Wb, bb = r(3, 7, dtype=torch.bfloat16), r(3, dtype=torch.bfloat16)
 # entry point -> (stock call, the one kernel event expected, direct kernel call)
+sampler_args = (  # two requests: greedy, and sampled with top-k 2 at temperature 0.5
+    r(2, 7),
+    torch.tensor([1.0, 0.5]),
+    torch.tensor([0, 2]),
+    torch.tensor([1.0, 1.0]),
+    torch.tensor([0.0, 0.0]),
+    torch.tensor([True, False]),
+    torch.full((2, 7), 0.375),
+)
 entries = {
     "torch.mm": (lambda: torch.mm(a, b), "mm", lambda: L.mm(a, b)),
     "Tensor.mm": (lambda: a.mm(b), "mm", lambda: L.mm(a, b)),
@@ -731,6 +740,11 @@ entries = {
         "quant_linear",
         lambda: quant.quant_linear(a, W, "float8_e4m3fn"),
     ),
+    "ops.sample": (  # the chosen ids (the logprobs hold -inf outside the kept set)
+        lambda: ops.sample(*sampler_args)[0],
+        "sample",
+        lambda: sampling.sample(*sampler_args)[0],
+    ),
     "ops.paged_decode_attention": (
         lambda: ops.paged_decode_attention(pq, pk, pv, ptable, plens, 0.3),
         "paged_decode_attention",
@@ -806,7 +820,7 @@ def test_routes_cover_the_catalogue_ops(install_report: dict) -> None:
         "rms_norm", "silu", "add_rms_norm", "attention", "silu_and_mul", "gelu_and_mul",
         "fused_add_rms_norm", "layer_norm", "embedding",
         "rotary_embedding", "greedy_argmax", "top_k", "fused_moe", "paged_decode_attention",
-        "mixed_attention", "quant_linear",
+        "mixed_attention", "quant_linear", "sample",
     }  # fmt: skip
     seen = {e["want"] for e in install_report["entries"].values()}
     assert all(event in seen for events in routes.values() for event in events)

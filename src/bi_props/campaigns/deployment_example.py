@@ -79,7 +79,10 @@ def _draw(session: Any, op: str, prop: str) -> Case | None:
 
     reached = [c for c in generated(strategy, DRAWS, SEED, enough) if reaches_goal(axis, c)]
     # the cheapest of the preferred: the goal is the size along the axis, not the work around it
-    return min(reached, key=lambda c: (*preference(axis, c), case_work(c)), default=None)
+    chosen = min(reached, key=lambda c: (*preference(axis, c), case_work(c)), default=None)
+    if chosen is not None and chosen.dtype != "float32" and "float32" in space.dtypes:
+        chosen = replace(chosen, dtype="float32")  # the dtype is independent of the sizes drawn
+    return chosen
 
 
 def preference(axis: str, case: Case) -> tuple[int, int]:

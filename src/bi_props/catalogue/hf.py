@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ..execution.hf_model import ModelSpecError, vocab_size
+from ..execution.hf_model import vocab_size
 from ..model.case import Case
 from ..model.opspec import Operand, OpSpec
 from ._shared import Shape, _never_exact
@@ -60,10 +60,14 @@ def _no_reference(x: Sequence[np.ndarray], case: Case, lengths: Sequence[int], a
     raise NotImplementedError("a transformers model has no float64 reference; use logprobs")
 
 
+DEFAULT_SPEC = "llama"
+"""The model of a space that names none (the op listed in ``[ops] include`` alone)."""
+
+
 def model_options(space: Any) -> dict[str, Any]:
-    """The space's model (``[model]``) as case options: a case names its model, so a reproducer
-    or a later run rebuilds the same one."""
-    options: dict[str, Any] = {"spec": space.model_spec}
+    """The space's model (``[model]``; ``DEFAULT_SPEC`` where it names none) as case options: a
+    case names its model, so a reproducer or a later run rebuilds the same one."""
+    options: dict[str, Any] = {"spec": space.model_spec or DEFAULT_SPEC}
     for key in ("layers", "hidden", "attention"):
         value = getattr(space, f"model_{key}")
         if value:
@@ -73,15 +77,13 @@ def model_options(space: Any) -> dict[str, Any]:
 
 def draw_hf_model(draw: Any, ctx: Any) -> Shape:
     space, prop = ctx.space, ctx.prop
-    if not space.model_spec:
-        raise ModelSpecError("op hf_model: the space names no model ([model] spec)")
     options = model_options(space)
     tokens = ctx.clip(space.rows, low=2 if prop == "decode" else 1, high=MAX_TOKENS)
     if prop == "decode":
         options["mode"] = "decode"
     return (
         draw(ctx.integers(tokens.min, max(tokens.min, tokens.max))),
-        vocab_size(space.model_spec),
+        vocab_size(options["spec"]),
     ), options
 
 
