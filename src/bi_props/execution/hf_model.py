@@ -18,50 +18,26 @@ import json
 from pathlib import Path
 from typing import Any
 
+_DENSE: dict[str, Any] = {
+    "vocab_size": 512,
+    "hidden_size": 64,
+    "intermediate_size": 128,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 512,
+}
 BUILTIN_CONFIGS: dict[str, dict[str, Any]] = {
-    "llama": {
-        "model_type": "llama",
-        "vocab_size": 512,
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "max_position_embeddings": 512,
-    },
-    "qwen2": {
-        "model_type": "qwen2",
-        "vocab_size": 512,
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "max_position_embeddings": 512,
-    },
-    "mistral": {
-        "model_type": "mistral",
-        "vocab_size": 512,
-        "hidden_size": 64,
-        "intermediate_size": 128,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
-        "max_position_embeddings": 512,
-    },
+    "llama": {"model_type": "llama", **_DENSE},
+    "qwen2": {"model_type": "qwen2", **_DENSE},
+    "mistral": {"model_type": "mistral", **_DENSE},
     "qwen2_moe": {
         "model_type": "qwen2_moe",
-        "vocab_size": 512,
-        "hidden_size": 64,
-        "intermediate_size": 128,
+        **_DENSE,
         "moe_intermediate_size": 32,
         "shared_expert_intermediate_size": 64,
-        "num_hidden_layers": 2,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 2,
         "num_experts": 8,
         "num_experts_per_tok": 2,
-        "max_position_embeddings": 512,
     },
 }
 """Small configurations of common architectures (random weights): Llama, Qwen2, Mistral and a
