@@ -75,7 +75,7 @@ def test_the_preference_ranks_a_straddle_before_a_longer_needle() -> None:
         plain = Case("paged_decode_attention", "", dtype, (needle, 1, 1, 8, 16), (), "general", 0)
         return plain.with_batch(Batch(0, (Companion(1, 3000),)))
 
-    assert preference("context", case(512)) == (0, 0)
-    assert preference("context", case(700)) == (1, 0)
-    assert preference("context", case(512, "bfloat16")) == (0, 1)
-    assert preference("vocab", case(700)) == (0, 0)  # no straddle asked off the context axis
+    assert preference("context", case(512)) == 0
+    assert preference("context", case(700)) == 1
+    assert preference("context", case(512, "bfloat16")) == 0  # the dtype is set after the choice
+    assert preference("vocab", case(700)) == 0  # no straddle asked off the context axis

@@ -62,6 +62,14 @@ def test_a_space_names_its_model_and_asks_its_question() -> None:
         _parse('[model]\nspec = "llama"\nattention = "flash"\n')
 
 
+def test_an_architecture_transformers_does_not_know_is_one_message(capsys, tmp_path) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"model_type": "no_such_arch", "vocab_size": 8}))
+    assert main(["model", str(config), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "model_type 'no_such_arch' is not one this transformers knows" in err, err
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [

@@ -596,7 +596,7 @@ def _fuzz(args: argparse.Namespace) -> int:
 
 def _model(args: argparse.Namespace) -> int:
     """``bi-props model SPEC``: a campaign of the hf_model op on SPEC's model (``_space``)."""
-    from .execution.hf_model import ModelSpecError, config_dict
+    from .execution.hf_model import ModelSpecError, config_dict, model_type_problem
 
     for flag in ("layers", "hidden"):
         value = getattr(args, flag)
@@ -612,6 +612,9 @@ def _model(args: argparse.Namespace) -> int:
         return _usage(
             "bi-props model needs transformers in this interpreter: pip install 'bi_props[model]'"
         )
+    problem = model_type_problem(args.spec)
+    if problem is not None:
+        return _usage(problem)
     return _fuzz(args)
 
 

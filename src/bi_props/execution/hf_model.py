@@ -14,6 +14,7 @@ torch or transformers at module import time (the controller reads ``vocab_size``
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -73,13 +74,29 @@ def config_dict(spec: str) -> dict[str, Any]:
     return data
 
 
+@functools.lru_cache(maxsize=16)
 def vocab_size(spec: str) -> int:
-    """The vocabulary of SPEC's configuration (a multimodal one's text part)."""
+    """The vocabulary of SPEC's configuration (a multimodal one's text part); read once per
+    process: every drawn case asks it."""
     data = config_dict(spec)
     size = data.get("vocab_size") or (data.get("text_config") or {}).get("vocab_size")
     if not isinstance(size, int) or size < 1:
         raise ModelSpecError(f"model {spec!r}: its configuration has no vocab_size")
     return size
+
+
+def model_type_problem(spec: str) -> str | None:
+    """Why transformers cannot build SPEC's configuration (its model_type unknown to the
+    installed transformers), or None: said once by ``bi-props model``, not per example."""
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    model_type = config_dict(spec)["model_type"]
+    if model_type in CONFIG_MAPPING_NAMES:
+        return None
+    return (
+        f"model {spec!r}: model_type {model_type!r} is not one this transformers knows; "
+        "upgrade transformers or pass a configuration of a known architecture"
+    )
 
 
 def _scaled(data: dict[str, Any], layers: int | None, hidden: int | None) -> dict[str, Any]:
@@ -195,6 +212,7 @@ __all__ = [
     "config_dict",
     "load_model",
     "logprobs",
+    "model_type_problem",
     "prefill_then_decode",
     "vocab_size",
 ]
